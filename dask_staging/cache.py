@@ -1,0 +1,629 @@
+"""The node-local staging cache.
+
+``Cache`` ties together the index (:mod:`dask_staging.index`), the on-disk
+layout (:mod:`dask_staging.layout`) and the transfer engines.  Several threads
+and processes may use one root at once: exactly one of them downloads a given
+URL, into a temp file that is renamed into place only when complete; the
+others wait and then read the same file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import logging
+import os
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from dask.utils import format_bytes, parse_bytes
+from fsspec.asyn import get_loop, sync
+from fsspec.callbacks import Callback, NoOpCallback
+
+from dask_staging import checksum, layout, owner
+from dask_staging.engines import engine_for
+from dask_staging.errors import (
+    CacheFullError,
+    DiskFullError,
+    EntryInUseError,
+    StagingError,
+)
+from dask_staging.index import READY, CacheIndex, Entry
+from dask_staging.transfer import ObjectInfo, TransferConfig, download
+
+logger = logging.getLogger("dask_staging")
+
+TOUCH_INTERVAL = 1.0  # seconds between writes of access times to the index
+
+
+def parse_revalidate(value: str | float | None) -> float | None:
+    """``"never"``/None → None, ``"always"`` → 0, a number → seconds."""
+    if value is None or value == "never":
+        return None
+    if value == "always":
+        return 0.0
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"revalidate must be 'never', 'always' or a number of seconds, not {value!r}"
+        ) from None
+    if seconds < 0:
+        raise ValueError(f"revalidate must not be negative, got {value!r}")
+    return seconds
+
+
+class Cache:
+    """A cache of remote objects on local disk.
+
+    Parameters
+    ----------
+    root : str or Path
+        Cache directory (node-local disk or shared scratch); created 0700 if missing.
+        ``~`` and ``$VARS`` are expanded.
+    max_bytes : int or str, optional
+        Size limit (``"50 GiB"`` works).  Least recently used entries are evicted
+        down to ``low_watermark * max_bytes`` when a new object would exceed it.
+    streams : int
+        Concurrent ranged GETs per large object.
+    index_url : str, optional
+        SQLAlchemy URL of the index; default a SQLite file inside ``root``.
+    part_size : int or str
+        Bytes per ranged GET.
+    transfers : int
+        Objects (and requests) in flight at once when staging many objects.
+    revalidate : "never", "always" or float
+        When to compare a cached copy with the remote ETag: never, on every
+        access, or when the last check is older than this many seconds.
+    low_watermark : float
+        Fraction of ``max_bytes`` that eviction frees down to.
+    lease : float
+        Seconds a download claim survives without a heartbeat (matters only
+        for owners on other hosts; dead local owners are detected at once).
+    retries : int
+        Attempts per part after the first.
+    **storage_options
+        Per-protocol fsspec options, e.g. ``s3={"endpoint_url": ...}``.
+
+    Examples
+    --------
+    >>> cache = Cache("/tmp/stage", max_bytes="10 GiB")  # doctest: +SKIP
+    >>> path = cache.get("s3://bucket/data/part-0.parquet")  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        max_bytes: int | str | None = None,
+        streams: int = 8,
+        index_url: str | None = None,
+        *,
+        part_size: int | str = 16 << 20,
+        transfers: int = 64,
+        revalidate: str | float | None = "never",
+        low_watermark: float = 0.8,
+        lease: float = 60.0,
+        retries: int = 5,
+        **storage_options: Any,
+    ):
+        self.root = _make_root(root)
+        self.max_bytes = parse_bytes(max_bytes) if isinstance(max_bytes, str) else max_bytes
+        if self.max_bytes is not None and self.max_bytes <= 0:
+            raise ValueError(f"max_bytes must be positive, got {max_bytes!r}")
+        if streams < 1 or transfers < 1:
+            raise ValueError("streams and transfers must be at least 1")
+        if not 0 < low_watermark <= 1:
+            raise ValueError(f"low_watermark must be in (0, 1], got {low_watermark!r}")
+        self.revalidate = parse_revalidate(revalidate)
+        self.low_watermark = low_watermark
+        self.transfers = transfers
+        self.config = TransferConfig(
+            part_size=parse_bytes(part_size) if isinstance(part_size, str) else part_size,
+            streams=streams,
+            retries=retries,
+        )
+        self.storage_options = storage_options
+        self.index = CacheIndex.for_root(self.root, index_url, lease=lease)
+        self._args = (root, max_bytes, streams, index_url)
+        self._kwargs = dict(
+            part_size=part_size,
+            transfers=transfers,
+            revalidate=revalidate,
+            low_watermark=low_watermark,
+            lease=lease,
+            retries=retries,
+            **storage_options,
+        )
+        self._engines: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self._touches: dict[str, tuple[float, int]] = {}
+        self._last_flush = time.monotonic()
+        self._counters = dict.fromkeys(
+            ("hits", "misses", "bytes_staged", "evictions", "bytes_evicted"), 0
+        )
+        self._publish = _Batcher(self.index.publish_many)
+        self._finalizer = weakref.finalize(self, _flush_and_close, self.index, self._touches)
+        self._sweep_temp()
+
+    # -- public API ---------------------------------------------------------
+
+    def get(self, url: str) -> str:
+        """Local path of ``url``; downloads it first on a miss."""
+        key = layout.normalize_url(url)
+        path = self._hit(key)
+        if path is not None:
+            return path
+        return self._run(self._stage_many([key], NoOpCallback()))[key]
+
+    def stage(self, urls: Iterable[str], *, callback: Callback | None = None) -> dict[str, str]:
+        """Stage many URLs in parallel; returns ``{url: local path}``.
+
+        ``callback`` is an :class:`fsspec.callbacks.Callback` told the total
+        size as it becomes known and every byte that arrives.
+        """
+        keys = {url: layout.normalize_url(url) for url in urls}
+        found = {key: self._hit(key) for key in set(keys.values())}
+        missing = [key for key, path in found.items() if path is None]
+        if missing:
+            found.update(self._run(self._stage_many(missing, callback or NoOpCallback())))
+        return {url: found[key] for url, key in keys.items()}
+
+    def contains(self, url: str) -> bool:
+        """Whether a complete copy of ``url`` is cached (no download, no access recorded)."""
+        entry = self.index.lookup(layout.normalize_url(url))
+        return entry is not None and entry.state == READY and self._file(entry).exists()
+
+    def open(self, url: str) -> BinaryIO:
+        """Open the cached copy of ``url`` for reading; eviction skips it while open."""
+        for _ in range(3):
+            path = self.get(url)
+            try:
+                f = open(path, "rb")  # noqa: SIM115 - returned to the caller
+            except FileNotFoundError:  # evicted between get() and open()
+                continue
+            fcntl.flock(f.fileno(), fcntl.LOCK_SH)
+            if os.path.exists(path):
+                return f
+            f.close()
+        raise StagingError(f"{url} was evicted repeatedly while being opened; raise max_bytes")
+
+    def entries(self) -> list[Entry]:
+        """Cached entries, least recently used first."""
+        self._flush_touches()
+        return self.index.entries()
+
+    def pin(self, url: str) -> None:
+        """Keep ``url`` in the cache until :meth:`unpin`; stages it first if needed."""
+        key = layout.normalize_url(url)
+        self.get(key)
+        if not self.index.set_pinned(key, True):
+            raise StagingError(f"{url} was evicted before it could be pinned")
+
+    def unpin(self, url: str) -> None:
+        """Let ``url`` be evicted again."""
+        if not self.index.set_pinned(layout.normalize_url(url), False):
+            raise StagingError(f"{url} is not in the cache at {self.root}")
+
+    def evict(self, url: str | None = None, *, to_bytes: int | str | None = None) -> int:
+        """Remove ``url``, or least recently used entries down to ``to_bytes``, or
+        everything evictable; returns the bytes freed.  Pinned and open entries stay."""
+        self._flush_touches()
+        if url is not None:
+            entry = self.index.lookup(layout.normalize_url(url))
+            if entry is None or entry.state != READY:
+                return 0
+            if entry.pinned:
+                raise EntryInUseError(f"{url} is pinned; unpin it before evicting it")
+            if not self._remove(entry):
+                raise EntryInUseError(f"{url} is open by another reader and was not evicted")
+            return entry.size
+        target = 0 if to_bytes is None else _as_bytes(to_bytes)
+        return self._evict_to(target)
+
+    def verify(self, *, remove: bool = False) -> list[str]:
+        """URLs whose local copy is missing or fails its size or checksum check.
+
+        With ``remove=True`` those entries are also dropped, to be staged again.
+        """
+        bad = []
+        for entry in self.index.entries():
+            path = self._file(entry)
+            try:
+                ok = path.stat().st_size == entry.size
+                if ok and entry.checksum:
+                    part = checksum.part_size_of(entry.checksum)
+                    ok = checksum.file_checksum(str(path), part) == entry.checksum
+            except FileNotFoundError:
+                ok = False
+            if not ok:
+                bad.append(entry.url)
+                if remove:
+                    self.index.forget(entry.url)
+                    _unlink(path)
+        return bad
+
+    def stats(self) -> dict[str, Any]:
+        """This process's counters and the index's totals."""
+        self._flush_touches()
+        with self._lock:
+            out: dict[str, Any] = dict(self._counters)
+        out.update(self.index.totals())
+        out["max_bytes"] = self.max_bytes
+        out["root"] = str(self.root)
+        return out
+
+    def close(self) -> None:
+        """Write pending access times and release the index's connections."""
+        self._finalizer()
+
+    def __enter__(self) -> Cache:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __reduce__(self):
+        return _rebuild, (self._args, self._kwargs)
+
+    def __repr__(self) -> str:
+        limit = format_bytes(self.max_bytes) if self.max_bytes else "unbounded"
+        return f"<Cache root={str(self.root)!r} {limit}>"
+
+    # -- hits -------------------------------------------------------------
+
+    def _hit(self, key: str) -> str | None:
+        entry = self.index.lookup(key)
+        if entry is None or entry.state != READY:
+            return None
+        path = self._file(entry)
+        if not path.exists():
+            self.index.forget(key)
+            return None
+        if self.revalidate is not None and time.time() - (entry.validated or 0) >= self.revalidate:
+            return None
+        self._touch(key)
+        return str(path)
+
+    def _touch(self, key: str) -> None:
+        now = time.time()
+        with self._lock:
+            _, count = self._touches.get(key, (0.0, 0))
+            self._touches[key] = (now, count + 1)
+            self._counters["hits"] += 1
+            due = time.monotonic() - self._last_flush > TOUCH_INTERVAL
+        if due:
+            self._flush_touches()
+
+    def _flush_touches(self) -> None:
+        with self._lock:
+            touches = dict(self._touches)
+            self._touches.clear()
+            self._last_flush = time.monotonic()
+        self.index.touch_many(touches)
+
+    # -- misses -------------------------------------------------------------
+
+    def _run(self, coro):
+        return sync(get_loop(), lambda: coro)
+
+    async def _stage_many(self, keys: list[str], callback: Callback) -> dict[str, str]:
+        results: dict[str, str] = {}
+        objects = asyncio.Semaphore(self.transfers)
+        requests = asyncio.Semaphore(self.transfers)
+        progress = _Progress(callback)
+        refresh = await self._stale(keys, results)
+        waiting = [k for k in keys if k not in results]
+        delay = 0.01
+        heartbeat = asyncio.ensure_future(self._heartbeat())
+        try:
+            while waiting:
+                items = [(k, layout.relative_path(k), layout.temp_path(k)) for k in waiting]
+                claims = await asyncio.to_thread(self._claim, items, refresh)
+                ours = []
+                waiting = []
+                for key, rel, tmp in items:
+                    claim = claims[key]
+                    if claim.status == "ready":
+                        results[key] = str(self._file(claim.entry))
+                        self._touch(key)
+                    elif claim.status == "claimed":
+                        ours.append((key, rel, tmp))
+                    else:
+                        waiting.append(key)
+                refresh = set()
+                if ours:
+                    done = await asyncio.gather(
+                        *(self._download(k, r, t, objects, requests, progress) for k, r, t in ours)
+                    )
+                    results.update(done)
+                if waiting:
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 1.5, 0.25)
+        finally:
+            heartbeat.cancel()
+        return results
+
+    def _claim(self, items, refresh):
+        claims = {}
+        plain = [item for item in items if item[0] not in refresh]
+        again = [item for item in items if item[0] in refresh]
+        if plain:
+            claims.update(self.index.claim_many(plain))
+        if again:
+            claims.update(self.index.claim_many(again, refresh=True))
+        for claim in claims.values():
+            if claim.abandoned_tmp:
+                logger.info("removing %s left by a crashed download", claim.abandoned_tmp)
+                _unlink(self.root / claim.abandoned_tmp)
+        return claims
+
+    async def _stale(self, keys: list[str], results: dict[str, str]) -> set[str]:
+        """Check cached-but-due entries against the remote; returns those that changed."""
+        if self.revalidate is None:
+            return set()
+        due = []
+        now = time.time()
+        for key in keys:
+            entry = self.index.lookup(key)
+            if entry is not None and entry.state == READY and self._file(entry).exists():
+                due.append(entry)
+        changed = set()
+
+        async def check(entry: Entry) -> None:
+            remote = await self._engine(entry.url).head(entry.url)
+            if remote.etag == entry.etag and remote.size == entry.size:
+                await asyncio.to_thread(self.index.mark_validated, entry.url, now)
+                results[entry.url] = str(self._file(entry))
+                self._touch(entry.url)
+            else:
+                changed.add(entry.url)
+
+        await asyncio.gather(*(check(e) for e in due))
+        return changed
+
+    async def _download(self, key, rel, tmp, objects, requests, progress) -> tuple[str, str]:
+        final = self._path(rel)
+        temp = self._path(tmp)
+        engine = self._engine(key)
+
+        async def on_size(info: ObjectInfo) -> None:
+            progress.add_total(info.size)
+            await asyncio.to_thread(self._make_room, key, info.size)
+
+        async with objects:
+            try:
+                try:
+                    info = await download(
+                        engine, key, str(temp), self.config,
+                        requests=requests, on_size=on_size, on_bytes=progress.update,
+                    )  # fmt: skip
+                except DiskFullError as exc:
+                    needed = _needed_from(exc)
+                    freed = await asyncio.to_thread(self._free_disk, needed)
+                    if not freed:
+                        raise self._disk_full_error(key, needed) from None
+                    info = await download(
+                        engine, key, str(temp), self.config,
+                        requests=requests, on_bytes=progress.update,
+                    )  # fmt: skip
+                final.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(temp, final)
+            except BaseException:
+                _unlink(temp)
+                await asyncio.to_thread(self.index.release, key)
+                raise
+        record = {
+            "url": key,
+            "size": info.size,
+            "etag": info.etag,
+            "version": info.version,
+            "checksum": info.checksum,
+        }
+        lost = await self._publish.submit(record)
+        if key in lost:
+            logger.warning("another host took over %s while it was downloading here", key)
+        with self._lock:
+            self._counters["misses"] += 1
+            self._counters["bytes_staged"] += info.size
+        return key, str(final)
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(self.index.lease / 3)
+            await asyncio.to_thread(self.index.heartbeat)
+
+    def _engine(self, url: str):
+        protocol = url.split("://", 1)[0]
+        with self._lock:
+            engine = self._engines.get(protocol)
+            if engine is None:
+                engine = engine_for(protocol, self.storage_options.get(protocol, {}))
+                self._engines[protocol] = engine
+        return engine
+
+    # -- space ----------------------------------------------------------------
+
+    def _make_room(self, key: str, size: int) -> None:
+        """Evict so that ``size`` more bytes fit under ``max_bytes``; reserve them."""
+        if self.max_bytes is not None:
+            if size > self.max_bytes:
+                raise CacheFullError(
+                    f"{key} ({format_bytes(size)}) is larger than the cache limit "
+                    f"max_bytes={format_bytes(self.max_bytes)}"
+                )
+            totals = self.index.totals()
+            used = totals["bytes_cached"] + totals["bytes_reserved"]
+            if used + size > self.max_bytes:
+                target = int(self.max_bytes * self.low_watermark) - size - totals["bytes_reserved"]
+                self._evict_to(max(target, 0))
+                totals = self.index.totals()
+                used = totals["bytes_cached"] + totals["bytes_reserved"]
+                if used + size > self.max_bytes:
+                    raise CacheFullError(
+                        f"the cache at {self.root} is full: {format_bytes(used)} of "
+                        f"{format_bytes(self.max_bytes)} is pinned, open or being staged, "
+                        f"so {key} ({format_bytes(size)}) does not fit"
+                    )
+        self.index.reserve(key, size)
+
+    def _free_disk(self, needed: int) -> int:
+        """Evict least recently used entries until ``needed`` bytes are free on disk."""
+        free = _disk_free(self.root)
+        if free >= needed:
+            return needed
+        cached = self.index.totals()["bytes_cached"]
+        self._evict_to(max(cached - (needed - free) - (needed >> 4), 0))
+        return needed if _disk_free(self.root) >= needed else 0
+
+    def _disk_full_error(self, key: str, needed: int) -> CacheFullError:
+        return DiskFullError(
+            f"no space left on the disk under {self.root} for {key}: needs "
+            f"{format_bytes(needed)}, {format_bytes(_disk_free(self.root))} free after eviction"
+        )
+
+    def _evict_to(self, target: int) -> int:
+        """Evict least recently used entries until the cached bytes are at most ``target``."""
+        cached = self.index.totals()["bytes_cached"]
+        freed = 0
+        after = None
+        while cached > target:
+            batch = self.index.lru(256, after=after)
+            if not batch:
+                break
+            for entry in batch:
+                if cached <= target:
+                    break
+                if self._remove(entry):
+                    cached -= entry.size
+                    freed += entry.size
+            after = (batch[-1].last_access, batch[-1].url)
+        return freed
+
+    def _remove(self, entry: Entry) -> bool:
+        """Delete one entry unless it is pinned, open or touched since it was read."""
+        path = self._file(entry)
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            self.index.forget(entry.url)
+            return True
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            if not self.index.remove(entry, then=lambda: _unlink(path)):
+                return False
+        finally:
+            os.close(fd)
+        with self._lock:
+            self._counters["evictions"] += 1
+            self._counters["bytes_evicted"] += entry.size
+        return True
+
+    # -- files ----------------------------------------------------------------
+
+    def _path(self, relative: str) -> Path:
+        return layout.inside(self.root, relative)
+
+    def _file(self, entry: Entry) -> Path:
+        return self.root / entry.path
+
+    def _sweep_temp(self) -> None:
+        """Delete temp files that crashed processes on this host left behind."""
+        me = owner.hostname()
+        for path in (self.root / layout.TMP).glob("*.part"):
+            parsed = layout.parse_temp_name(path.name)
+            if parsed and parsed[0] == me and owner.process_start(parsed[1]) is None:
+                _unlink(path)
+
+
+class _Batcher:
+    """Run ``fn(items)`` in a thread for items submitted while an earlier batch ran."""
+
+    def __init__(self, fn: Callable[[list], Any]):
+        self._fn = fn
+        self._items: list[tuple[Any, asyncio.Future]] = []
+        self._lock: asyncio.Lock | None = None
+
+    async def submit(self, item):
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        future = asyncio.get_running_loop().create_future()
+        self._items.append((item, future))
+        async with self._lock:
+            if not future.done():
+                batch, self._items = self._items, []
+                try:
+                    result = await asyncio.to_thread(self._fn, [i for i, _ in batch])
+                except Exception as exc:
+                    for _, f in batch:
+                        f.set_exception(exc)
+                else:
+                    for _, f in batch:
+                        f.set_result(result)
+        return await future
+
+
+class _Progress:
+    """Adapts byte counts from many concurrent transfers to one fsspec callback."""
+
+    def __init__(self, callback: Callback):
+        self.callback = callback
+        self.total = 0
+
+    def add_total(self, size: int) -> None:
+        self.total += size
+        self.callback.set_size(self.total)
+
+    def update(self, n: int) -> None:
+        self.callback.relative_update(n)
+
+
+def _make_root(root: str | os.PathLike) -> Path:
+    path = Path(os.path.expandvars(os.path.expanduser(os.fspath(root))))
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for sub in (layout.DATA, layout.TMP):
+            (path / sub).mkdir(mode=0o700, exist_ok=True)
+    except OSError as exc:
+        raise StagingError(f"cannot create the cache root {path}: {exc.strerror}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise StagingError(f"the cache root {path} is not writable")
+    return path.resolve()
+
+
+def _rebuild(args, kwargs) -> Cache:
+    return Cache(*args, **kwargs)
+
+
+def _flush_and_close(index: CacheIndex, touches: dict) -> None:
+    try:
+        index.touch_many(dict(touches))
+        touches.clear()
+    finally:
+        index.close()
+
+
+def _as_bytes(value: int | str) -> int:
+    return parse_bytes(value) if isinstance(value, str) else int(value)
+
+
+def _disk_free(path: Path) -> int:
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def _needed_from(exc: DiskFullError) -> int:
+    return getattr(exc, "size", 0)
+
+
+def _unlink(path: str | os.PathLike) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

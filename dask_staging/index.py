@@ -1,0 +1,393 @@
+"""The cache index: the only code that speaks SQL about the cache.
+
+One row per cached URL.  A row is either ``staging`` (one process holds a claim
+to download it) or ``ready`` (the file at ``path`` is complete and verified).
+Claims carry an owner (host, pid, process start time) and a lease, so a crashed
+downloader never blocks the others: on its own host it is seen dead at once, on
+another host when its lease runs out.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import sqlalchemy as sa
+from sqlalchemy import event
+
+from dask_staging import owner as owners
+
+metadata = sa.MetaData()
+
+entries_table = sa.Table(
+    "staging_entries",
+    metadata,
+    sa.Column("url", sa.Text, primary_key=True),
+    sa.Column("path", sa.Text, nullable=False),
+    sa.Column("size", sa.BigInteger, nullable=False, default=0),
+    sa.Column("etag", sa.Text),
+    sa.Column("version", sa.Text),
+    sa.Column("checksum", sa.Text),
+    sa.Column("state", sa.String(8), nullable=False),
+    sa.Column("owner", sa.Text),
+    sa.Column("lease_until", sa.Float),
+    sa.Column("tmp_path", sa.Text),
+    sa.Column("created", sa.Float, nullable=False),
+    sa.Column("last_access", sa.Float, nullable=False),
+    sa.Column("validated", sa.Float),
+    sa.Column("pinned", sa.Boolean, nullable=False, default=False),
+    sa.Column("hits", sa.BigInteger, nullable=False, default=0),
+    sa.Index("staging_entries_lru", "state", "pinned", "last_access"),
+)
+
+READY = "ready"
+STAGING = "staging"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One cached object as recorded in the index."""
+
+    url: str
+    path: str
+    size: int
+    etag: str | None
+    version: str | None
+    checksum: str | None
+    state: str
+    owner: str | None
+    lease_until: float | None
+    tmp_path: str | None
+    created: float
+    last_access: float
+    validated: float | None
+    pinned: bool
+    hits: int
+
+
+@dataclass(frozen=True)
+class Claim:
+    """Outcome of :meth:`CacheIndex.claim` for one URL.
+
+    ``status`` is ``"ready"`` (``entry`` is usable), ``"claimed"`` (the caller
+    must download; ``abandoned_tmp`` is a dead owner's temp file to delete) or
+    ``"busy"`` (a live owner is downloading; wait and ask again).
+    """
+
+    status: str
+    entry: Entry | None = None
+    abandoned_tmp: str | None = None
+
+
+def _sqlite_url(root: Path) -> str:
+    return f"sqlite:///{root / 'index.sqlite'}"
+
+
+class CacheIndex:
+    """SQL index of a cache directory.
+
+    Parameters
+    ----------
+    url : str
+        SQLAlchemy URL.  SQLite files are opened in WAL mode; write
+        transactions take the write lock up front (``BEGIN IMMEDIATE``) so
+        concurrent processes queue instead of failing on lock upgrades.
+    lease : float
+        Seconds a download claim stays valid without a heartbeat.
+    """
+
+    def __init__(self, url: str, *, lease: float = 60.0):
+        self.url = url
+        self.lease = lease
+        self.owner = owners.current_owner()
+        self.engine = _create_engine(url)
+        metadata.create_all(self.engine)
+
+    @classmethod
+    def for_root(cls, root: Path, url: str | None = None, **kwargs) -> CacheIndex:
+        return cls(url or _sqlite_url(root), **kwargs)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # -- transactions -----------------------------------------------------
+
+    @contextmanager
+    def _write(self) -> Iterator[sa.Connection]:
+        with self.engine.connect().execution_options(sqlite_begin="IMMEDIATE") as conn:
+            with conn.begin():
+                yield conn
+
+    @contextmanager
+    def _read(self) -> Iterator[sa.Connection]:
+        with self.engine.connect() as conn, conn.begin():
+            yield conn
+
+    # -- reads --------------------------------------------------------------
+
+    def lookup(self, url: str) -> Entry | None:
+        with self._read() as conn:
+            row = conn.execute(_select_url, {"url": url}).first()
+        return Entry(*row) if row else None
+
+    def entries(self, state: str | None = READY) -> list[Entry]:
+        query = sa.select(entries_table).order_by(entries_table.c.last_access)
+        if state is not None:
+            query = query.where(entries_table.c.state == state)
+        with self._read() as conn:
+            return [Entry(*row) for row in conn.execute(query)]
+
+    def totals(self) -> dict[str, int]:
+        c = entries_table.c
+        query = sa.select(
+            sa.func.count(),
+            sa.func.coalesce(sa.func.sum(c.size), 0),
+            sa.func.coalesce(sa.func.sum(sa.case((c.pinned, c.size), else_=0)), 0),
+            sa.func.coalesce(sa.func.sum(c.hits), 0),
+        ).where(c.state == READY)
+        with self._read() as conn:
+            count, size, pinned, hits = conn.execute(query).one()
+        reserved = self.reserved_bytes()
+        return {
+            "entries": int(count),
+            "bytes_cached": int(size),
+            "bytes_pinned": int(pinned),
+            "bytes_reserved": reserved,
+            "hits_total": int(hits),
+        }
+
+    def reserved_bytes(self) -> int:
+        """Bytes claimed by downloads in progress (their expected sizes)."""
+        c = entries_table.c
+        query = sa.select(sa.func.coalesce(sa.func.sum(c.size), 0)).where(c.state == STAGING)
+        with self._read() as conn:
+            return int(conn.execute(query).scalar_one())
+
+    def lru(self, limit: int, *, after: tuple[float, str] | None = None) -> list[Entry]:
+        """Least recently used evictable entries (ready, not pinned), oldest first.
+
+        ``after`` is the ``(last_access, url)`` of the last entry of the previous page.
+        """
+        c = entries_table.c
+        query = sa.select(entries_table).where(c.state == READY, c.pinned == sa.false())
+        if after is not None:
+            query = query.where(sa.tuple_(c.last_access, c.url) > sa.tuple_(*after))
+        query = query.order_by(c.last_access, c.url).limit(limit)
+        with self._read() as conn:
+            return [Entry(*row) for row in conn.execute(query)]
+
+    # -- claims -------------------------------------------------------------
+
+    def claim(self, url: str, path: str, tmp_path: str, *, refresh: bool = False) -> Claim:
+        """Claim the right to download ``url``, or learn that it is ready or busy."""
+        return self.claim_many([(url, path, tmp_path)], refresh=refresh)[url]
+
+    def claim_many(
+        self, items: Iterable[tuple[str, str, str]], *, refresh: bool = False
+    ) -> dict[str, Claim]:
+        """Claim many URLs in one transaction; see :meth:`claim`."""
+        now = time.time()
+        out: dict[str, Claim] = {}
+        with self._write() as conn:
+            for url, path, tmp_path in items:
+                row = conn.execute(_select_url_for_update, {"url": url}).first()
+                entry = Entry(*row) if row else None
+                if entry is None:
+                    conn.execute(
+                        entries_table.insert(),
+                        {
+                            "url": url,
+                            "path": path,
+                            "size": 0,
+                            "state": STAGING,
+                            "owner": self.owner,
+                            "lease_until": now + self.lease,
+                            "tmp_path": tmp_path,
+                            "created": now,
+                            "last_access": now,
+                            "pinned": False,
+                            "hits": 0,
+                        },
+                    )
+                    out[url] = Claim("claimed")
+                    continue
+                if entry.state == READY and not refresh:
+                    out[url] = Claim("ready", entry)
+                    continue
+                if entry.state == STAGING and owners.alive(entry.owner, entry.lease_until, now):
+                    out[url] = Claim("busy", entry)
+                    continue
+                conn.execute(
+                    entries_table.update()
+                    .where(entries_table.c.url == url)
+                    .values(
+                        state=STAGING,
+                        owner=self.owner,
+                        lease_until=now + self.lease,
+                        tmp_path=tmp_path,
+                        path=path,
+                    )
+                )
+                abandoned = entry.tmp_path if entry.state == STAGING else None
+                out[url] = Claim("claimed", entry, abandoned_tmp=abandoned)
+        return out
+
+    def reserve(self, url: str, size: int) -> None:
+        """Record the expected size of a claimed download (counts against the budget)."""
+        with self._write() as conn:
+            conn.execute(
+                entries_table.update()
+                .where(entries_table.c.url == url, entries_table.c.owner == self.owner)
+                .values(size=size)
+            )
+
+    def heartbeat(self) -> int:
+        """Extend the lease of every claim this process holds."""
+        with self._write() as conn:
+            result = conn.execute(
+                entries_table.update()
+                .where(entries_table.c.owner == self.owner, entries_table.c.state == STAGING)
+                .values(lease_until=time.time() + self.lease)
+            )
+            return result.rowcount
+
+    def publish_many(self, records: list[dict]) -> list[str]:
+        """Mark claimed downloads ready; returns the URLs this process no longer owned."""
+        now = time.time()
+        lost = []
+        with self._write() as conn:
+            for rec in records:
+                result = conn.execute(
+                    entries_table.update()
+                    .where(
+                        entries_table.c.url == rec["url"],
+                        entries_table.c.owner == self.owner,
+                        entries_table.c.state == STAGING,
+                    )
+                    .values(
+                        state=READY,
+                        size=rec["size"],
+                        etag=rec.get("etag"),
+                        version=rec.get("version"),
+                        checksum=rec.get("checksum"),
+                        owner=None,
+                        lease_until=None,
+                        tmp_path=None,
+                        last_access=now,
+                        validated=now,
+                    )
+                )
+                if result.rowcount != 1:
+                    lost.append(rec["url"])
+        return lost
+
+    def release(self, url: str) -> None:
+        """Give up a claim after a failed download: the row goes away."""
+        with self._write() as conn:
+            conn.execute(
+                entries_table.delete().where(
+                    entries_table.c.url == url,
+                    entries_table.c.owner == self.owner,
+                    entries_table.c.state == STAGING,
+                )
+            )
+
+    # -- bookkeeping ----------------------------------------------------------
+
+    def touch_many(self, hits: dict[str, tuple[float, int]]) -> None:
+        """Record accesses: url -> (last access time, number of hits)."""
+        if not hits:
+            return
+        c = entries_table.c
+        stmt = (
+            entries_table.update()
+            .where(c.url == sa.bindparam("u"))
+            .values(
+                last_access=sa.func.max(c.last_access, sa.bindparam("t"))
+                if self.engine.dialect.name == "sqlite"
+                else sa.func.greatest(c.last_access, sa.bindparam("t")),
+                hits=c.hits + sa.bindparam("n"),
+            )
+        )
+        with self._write() as conn:
+            conn.execute(stmt, [{"u": u, "t": t, "n": n} for u, (t, n) in hits.items()])
+
+    def mark_validated(self, url: str, when: float) -> None:
+        with self._write() as conn:
+            conn.execute(
+                entries_table.update().where(entries_table.c.url == url).values(validated=when)
+            )
+
+    def set_pinned(self, url: str, pinned: bool) -> bool:
+        with self._write() as conn:
+            result = conn.execute(
+                entries_table.update()
+                .where(entries_table.c.url == url, entries_table.c.state == READY)
+                .values(pinned=pinned)
+            )
+            return result.rowcount == 1
+
+    def remove(self, entry: Entry, *, then: Callable[[], None] | None = None) -> bool:
+        """Delete ``entry``'s row if it is still ready, unpinned and untouched since read.
+
+        ``then`` (deleting the file) runs inside the transaction, before the
+        commit: a crash in between leaves a row without a file, which the next
+        access repairs, never a file that no row accounts for.
+        """
+        c = entries_table.c
+        with self._write() as conn:
+            result = conn.execute(
+                entries_table.delete().where(
+                    c.url == entry.url,
+                    c.state == READY,
+                    c.pinned == sa.false(),
+                    c.last_access == entry.last_access,
+                )
+            )
+            if result.rowcount != 1:
+                return False
+            if then is not None:
+                then()
+            return True
+
+    def forget(self, url: str) -> None:
+        """Delete a ready row whatever its state of use (its file is gone)."""
+        with self._write() as conn:
+            conn.execute(
+                entries_table.delete().where(
+                    entries_table.c.url == url, entries_table.c.state == READY
+                )
+            )
+
+    def bulk_insert_ready(self, rows: list[dict]) -> None:
+        """Insert ready rows directly; used to build large indexes for benchmarks."""
+        with self._write() as conn:
+            conn.execute(entries_table.insert(), rows)
+
+
+_select_url = sa.select(entries_table).where(entries_table.c.url == sa.bindparam("url"))
+_select_url_for_update = _select_url.with_for_update()
+
+
+def _create_engine(url: str) -> sa.Engine:
+    if url.startswith("sqlite"):
+        engine = sa.create_engine(url, connect_args={"timeout": 60, "check_same_thread": False})
+
+        @event.listens_for(engine, "connect")
+        def _connect(dbapi_conn, _record):
+            dbapi_conn.isolation_level = None  # we emit BEGIN ourselves
+            cursor = dbapi_conn.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.close()
+
+        @event.listens_for(engine, "begin")
+        def _begin(conn):
+            mode = conn.get_execution_options().get("sqlite_begin", "DEFERRED")
+            conn.exec_driver_sql(f"BEGIN {mode}")
+
+        return engine
+    return sa.create_engine(url, pool_pre_ping=True)

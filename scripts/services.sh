@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# Start, stop and describe the real services the tests and benchmarks use.
+#
+#   scripts/services.sh up      install what is missing, start everything, wait until ready
+#   scripts/services.sh down    stop everything started by "up"
+#   scripts/services.sh env     print the environment (export lines) that points clients at them
+#   scripts/services.sh status  say what is running
+#
+# Binaries built from source are cached in $EXA_TOOLS (default ~/.cache/exa-tools/bin);
+# service state lives in $EXA_SERVICES_DIR (default .services/ in the checkout).
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+tools=${EXA_TOOLS:-$HOME/.cache/exa-tools/bin}
+state=${EXA_SERVICES_DIR:-$here/.services}
+
+MINIO_VERSION=v0.0.0-20260212201848-7aac2a2c5b7c
+TOXIPROXY_VERSION=v2.5.0
+MINIO_PORT=${MINIO_PORT:-9000}
+TOXIPROXY_PORT=${TOXIPROXY_PORT:-8474}
+TOXIC_S3_PORT=${TOXIC_S3_PORT:-9100}
+MINIO_USER=${MINIO_USER:-exa-minio}
+MINIO_PASSWORD=${MINIO_PASSWORD:-exa-minio-secret}
+
+log() { printf 'services: %s\n' "$*" >&2; }
+
+go_install() {  # name module@version
+  local name=$1 module=$2
+  [ -x "$tools/$name" ] && return 0
+  command -v go >/dev/null || { log "Go is needed to build $name; install Go first"; exit 1; }
+  log "building $name from the Go module proxy (first time only, may take minutes)"
+  mkdir -p "$tools"
+  local tmp; tmp=$(mktemp -d)
+  GOBIN="$tmp" go install "$module"
+  mv "$tmp"/* "$tools/$name"; rmdir "$tmp"
+}
+
+install_all() {
+  go_install minio "github.com/minio/minio@$MINIO_VERSION"
+  go_install toxiproxy-server "github.com/Shopify/toxiproxy/v2/cmd/server@$TOXIPROXY_VERSION"
+}
+
+wait_http() {  # url seconds
+  local url=$1 deadline=$((SECONDS + $2))
+  until curl -fsS -o /dev/null "$url" 2>/dev/null; do
+    [ $SECONDS -lt $deadline ] || { log "timed out waiting for $url"; return 1; }
+    sleep 0.2
+  done
+}
+
+running() { [ -f "$state/$1.pid" ] && kill -0 "$(cat "$state/$1.pid")" 2>/dev/null; }
+
+start() {  # name command...
+  local name=$1; shift
+  if running "$name"; then log "$name already running"; return 0; fi
+  mkdir -p "$state/log"
+  nohup "$@" >"$state/log/$name.log" 2>&1 &
+  echo $! >"$state/$name.pid"
+}
+
+up_minio() {
+  mkdir -p "$state/minio-data"
+  MINIO_ROOT_USER=$MINIO_USER MINIO_ROOT_PASSWORD=$MINIO_PASSWORD MINIO_BROWSER=off \
+    start minio "$tools/minio" server "$state/minio-data" --quiet \
+      --address "127.0.0.1:$MINIO_PORT" --console-address "127.0.0.1:$((MINIO_PORT + 1))"
+  wait_http "http://127.0.0.1:$MINIO_PORT/minio/health/ready" 60
+  log "minio ready on 127.0.0.1:$MINIO_PORT"
+}
+
+up_toxiproxy() {
+  start toxiproxy "$tools/toxiproxy-server" -host 127.0.0.1 -port "$TOXIPROXY_PORT"
+  wait_http "http://127.0.0.1:$TOXIPROXY_PORT/version" 30
+  log "toxiproxy ready on 127.0.0.1:$TOXIPROXY_PORT"
+}
+
+stop() {
+  local name=$1
+  if running "$name"; then
+    local pid; pid=$(cat "$state/$name.pid")
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
+  fi
+  rm -f "$state/$name.pid"
+}
+
+print_env() {
+  cat <<ENV
+export EXA_MINIO_ENDPOINT=http://127.0.0.1:$MINIO_PORT
+export EXA_MINIO_USER=$MINIO_USER
+export EXA_MINIO_PASSWORD=$MINIO_PASSWORD
+export EXA_TOXIPROXY_API=http://127.0.0.1:$TOXIPROXY_PORT
+export EXA_TOXIC_S3_PORT=$TOXIC_S3_PORT
+export EXA_TOOLS=$tools
+ENV
+}
+
+case "${1:-}" in
+  up) install_all; up_minio; up_toxiproxy ;;
+  down) stop toxiproxy; stop minio; rm -rf "$state/minio-data" ;;
+  env) print_env ;;
+  status) for s in minio toxiproxy; do running $s && echo "$s running" || echo "$s stopped"; done ;;
+  *) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+esac
