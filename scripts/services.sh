@@ -60,7 +60,7 @@ start() {  # name command...
 
 up_minio() {
   mkdir -p "$state/minio-data"
-  MINIO_ROOT_USER=$MINIO_USER MINIO_ROOT_PASSWORD=$MINIO_PASSWORD MINIO_BROWSER=off \
+  MINIO_ROOT_USER=$MINIO_USER MINIO_ROOT_PASSWORD=$MINIO_PASSWORD MINIO_BROWSER=off MINIO_PROMETHEUS_AUTH_TYPE=public \
     start minio "$tools/minio" server "$state/minio-data" --quiet \
       --address "127.0.0.1:$MINIO_PORT" --console-address "127.0.0.1:$((MINIO_PORT + 1))"
   wait_http "http://127.0.0.1:$MINIO_PORT/minio/health/ready" 60

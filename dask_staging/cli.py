@@ -1,0 +1,243 @@
+"""``dask-staging``: stage, inspect and trim a node-local cache from the shell."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from collections.abc import Sequence
+
+from dask.utils import format_bytes, parse_bytes
+from fsspec.callbacks import NoOpCallback, TqdmCallback
+
+from dask_staging.cache import Cache
+from dask_staging.errors import StagingError
+from dask_staging.fs import default_root
+from dask_staging.upload import stage_out
+
+DESCRIPTION = """\
+Stage remote objects (s3://bucket/key, any fsspec URL) into a local cache and
+manage it.  Several processes on one node can share one cache root: each object
+is downloaded once, into a temp file renamed into place when complete.
+
+The cache root defaults to Dask's `staging.root` (env DASK_STAGING__ROOT).
+S3 credentials and endpoint come from the standard AWS variables
+(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL).
+
+examples:
+  dask-staging stage s3://bucket/data/part-0.parquet s3://bucket/data/part-1.parquet
+  dask-staging ls --json
+  dask-staging evict --to-bytes 50GiB
+  dask-staging out results/ s3://bucket/run-42/
+"""
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_bytes(text)
+    except (ValueError, TypeError):
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (try 512MiB or 10GB)") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--root", default=None, help="cache directory (default: %(default)s)")
+    common.add_argument("--index-url", default=None, help="SQLAlchemy URL of a shared index")
+    common.add_argument("--json", action="store_true", help="print machine-readable JSON")
+    common.set_defaults(root=None)
+
+    parser = argparse.ArgumentParser(
+        prog="dask-staging",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("stage", parents=[common], help="download URLs into the cache")
+    p.add_argument("urls", nargs="+", metavar="URL")
+    p.add_argument("--streams", type=int, default=8, help="ranged GETs per object (default 8)")
+    p.add_argument("--part-size", type=_size, default=16 << 20, help="bytes per ranged GET")
+    p.add_argument("--max-bytes", type=_size, default=None, help="cache size limit")
+    p.add_argument("--pin", action="store_true", help="pin the staged objects")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+    sub.add_parser("ls", parents=[common], help="list cached entries, least recently used first")
+    sub.add_parser("du", parents=[common], help="show the cache's size and counters")
+
+    p = sub.add_parser("evict", parents=[common], help="remove entries (never pinned or open)")
+    p.add_argument("url", nargs="?", metavar="URL", help="evict just this URL")
+    p.add_argument("--to-bytes", type=_size, default=None, help="evict LRU entries to this size")
+
+    p = sub.add_parser("pin", parents=[common], help="stage URL if needed and keep it cached")
+    p.add_argument("url", metavar="URL")
+    p = sub.add_parser("unpin", parents=[common], help="let URL be evicted again")
+    p.add_argument("url", metavar="URL")
+
+    p = sub.add_parser("verify", parents=[common], help="re-check sizes and checksums")
+    p.add_argument("--remove", action="store_true", help="drop entries that fail the check")
+
+    p = sub.add_parser("out", parents=[common], help="upload a local file or directory")
+    p.add_argument("local", metavar="LOCAL")
+    p.add_argument("url", metavar="URL")
+    p.add_argument("--streams", type=int, default=8, help="parts in flight per file (default 8)")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    return parser
+
+
+def _progress(args) -> TqdmCallback | NoOpCallback:
+    if args.no_progress or args.json:
+        return NoOpCallback()
+    return TqdmCallback(
+        tqdm_kwargs={
+            "unit": "B",
+            "unit_scale": True,
+            "unit_divisor": 1024,
+            "desc": args.command,
+            "file": sys.stderr,
+            "dynamic_ncols": True,
+        }
+    )
+
+
+def _entry_dict(entry) -> dict:
+    return {
+        "url": entry.url,
+        "path": entry.path,
+        "size": entry.size,
+        "etag": entry.etag,
+        "checksum": entry.checksum,
+        "last_access": entry.last_access,
+        "pinned": entry.pinned,
+        "hits": entry.hits,
+    }
+
+
+def _when(ts: float) -> str:
+    return datetime.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def run(args) -> int:
+    if args.command == "out":
+        callback = _progress(args)
+        stage_out(args.local, args.url, streams=args.streams, callback=callback)
+        callback.close()
+        _emit(args, {"uploaded": args.url}, f"uploaded {args.local} to {args.url}")
+        return 0
+
+    kwargs = {"index_url": args.index_url}
+    if args.command == "stage":
+        kwargs.update(streams=args.streams, part_size=args.part_size, max_bytes=args.max_bytes)
+    cache = Cache(args.root or default_root(), **kwargs)
+    try:
+        return COMMANDS[args.command](cache, args)
+    finally:
+        cache.close()
+
+
+def cmd_stage(cache: Cache, args) -> int:
+    callback = _progress(args)
+    before = cache.stats()
+    paths = cache.stage(args.urls, callback=callback)
+    callback.close()
+    if args.pin:
+        for url in args.urls:
+            cache.pin(url)
+    after = cache.stats()
+    staged = after["bytes_staged"] - before["bytes_staged"]
+    summary = (
+        f"{len(paths)} object(s) ready: {after['misses']} downloaded "
+        f"({format_bytes(staged)}), {after['hits']} already cached"
+    )
+    _emit(args, {"paths": paths, "downloaded": after["misses"], "bytes": staged}, summary)
+    if not args.json:
+        for url, path in paths.items():
+            print(f"{url}\t{path}")
+    return 0
+
+
+def cmd_ls(cache: Cache, args) -> int:
+    entries = cache.entries()
+    if args.json:
+        print(json.dumps([_entry_dict(e) for e in entries], indent=1))
+        return 0
+    for e in entries:
+        pin = "pinned" if e.pinned else "-"
+        print(f"{format_bytes(e.size):>10}  {_when(e.last_access)}  {pin:6}  {e.hits:>6}  {e.url}")
+    return 0
+
+
+def cmd_du(cache: Cache, args) -> int:
+    stats = cache.stats()
+    limit = format_bytes(stats["max_bytes"]) if stats["max_bytes"] else "no limit"
+    text = (
+        f"{format_bytes(stats['bytes_cached'])} in {stats['entries']} entries "
+        f"({format_bytes(stats['bytes_pinned'])} pinned; limit {limit}) at {stats['root']}"
+    )
+    _emit(args, stats, text)
+    return 0
+
+
+def cmd_evict(cache: Cache, args) -> int:
+    freed = cache.evict(args.url, to_bytes=args.to_bytes)
+    _emit(args, {"freed": freed}, f"freed {format_bytes(freed)}")
+    return 0
+
+
+def cmd_pin(cache: Cache, args) -> int:
+    cache.pin(args.url)
+    _emit(args, {"pinned": args.url}, f"pinned {args.url}")
+    return 0
+
+
+def cmd_unpin(cache: Cache, args) -> int:
+    cache.unpin(args.url)
+    _emit(args, {"unpinned": args.url}, f"unpinned {args.url}")
+    return 0
+
+
+def cmd_verify(cache: Cache, args) -> int:
+    bad = cache.verify(remove=args.remove)
+    if args.json:
+        print(json.dumps({"failed": bad}))
+    else:
+        for url in bad:
+            print(f"FAILED {url}")
+    if bad:
+        action = "removed" if args.remove else "found"
+        print(f"dask-staging: {len(bad)} corrupt or missing entries {action}", file=sys.stderr)
+        return 1
+    if not args.json:
+        print("all entries verified")
+    return 0
+
+
+COMMANDS = {
+    "stage": cmd_stage,
+    "ls": cmd_ls,
+    "du": cmd_du,
+    "evict": cmd_evict,
+    "pin": cmd_pin,
+    "unpin": cmd_unpin,
+    "verify": cmd_verify,
+}
+
+
+def _emit(args, data, text: str) -> None:
+    print(json.dumps(data, default=str) if args.json else text)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return run(args)
+    except KeyboardInterrupt:
+        print("dask-staging: interrupted", file=sys.stderr)
+        return 130
+    except (StagingError, OSError, ValueError) as exc:
+        print(f"dask-staging: error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""Fixtures for tests against the real services that scripts/services.sh starts."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import urllib.request
+import uuid
+
+import pytest
+import s3fs
+
+MINIO = os.environ.get("EXA_MINIO_ENDPOINT", "http://127.0.0.1:9000")
+MINIO_USER = os.environ.get("EXA_MINIO_USER", "exa-minio")
+MINIO_PASSWORD = os.environ.get("EXA_MINIO_PASSWORD", "exa-minio-secret")
+TOXIPROXY = os.environ.get("EXA_TOXIPROXY_API", "http://127.0.0.1:8474")
+TOXIC_S3_PORT = int(os.environ.get("EXA_TOXIC_S3_PORT", "9100"))
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def _reachable(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2):
+            return True
+    except Exception:
+        return False
+
+
+def require(service: str, url: str) -> None:
+    """Skip without the service locally; fail in CI, where a missing service is a bug."""
+    if _reachable(url):
+        return
+    message = f"{service} is not running at {url}; start it with scripts/services.sh up"
+    if IN_CI:
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def minio():
+    require("MinIO", f"{MINIO}/minio/health/ready")
+    return MINIO
+
+
+@pytest.fixture
+def s3_env(minio, monkeypatch):
+    """The standard AWS variables, pointing at MinIO."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", MINIO_USER)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", MINIO_PASSWORD)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", minio)
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    return minio
+
+
+@pytest.fixture(scope="session")
+def s3(minio):
+    return s3fs.S3FileSystem(
+        key=MINIO_USER, secret=MINIO_PASSWORD, endpoint_url=minio, skip_instance_cache=True
+    )
+
+
+@pytest.fixture
+def bucket(s3, s3_env):
+    """A fresh, empty bucket for one test."""
+    name = f"test-{uuid.uuid4().hex[:12]}"
+    s3.mkdir(name)
+    yield name
+    try:
+        s3.rm(name, recursive=True)
+    except Exception:
+        pass
+
+
+@pytest.fixture
+def put(s3, bucket):
+    """put(key, data) uploads bytes and returns the object's s3:// URL."""
+
+    def _put(key: str, data: bytes) -> str:
+        s3.pipe(f"{bucket}/{key}", data)
+        return f"s3://{bucket}/{key}"
+
+    return _put
+
+
+def minio_get_count() -> int:
+    """GetObject requests MinIO has served so far (its live v3 metrics)."""
+    with urllib.request.urlopen(f"{MINIO}/minio/metrics/v3/api/requests", timeout=5) as r:
+        text = r.read().decode()
+    match = re.search(r'^minio_api_requests_total\{name="GetObject"[^}]*\} (\S+)$', text, re.M)
+    return int(float(match.group(1))) if match else 0
+
+
+@pytest.fixture
+def get_count(minio):
+    return minio_get_count
+
+
+@pytest.fixture
+def cache_root(tmp_path):
+    return tmp_path / "cache"
+
+
+@pytest.fixture
+def toxiproxy(minio):
+    """A toxiproxy proxy in front of MinIO; yields (endpoint, api helper) and removes it after."""
+    require("toxiproxy", f"{TOXIPROXY}/version")
+    import json
+
+    name = f"s3-{uuid.uuid4().hex[:8]}"
+
+    def api(method: str, path: str, body: dict | None = None):
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(f"{TOXIPROXY}{path}", data=data, method=method)
+        req.add_header("Content-Type", "application/json")
+        with urllib.request.urlopen(req, timeout=10) as r:
+            raw = r.read()
+        return json.loads(raw) if raw else None
+
+    upstream = MINIO.split("://", 1)[1]
+    api("POST", "/proxies", {"name": name, "listen": f"127.0.0.1:{TOXIC_S3_PORT}",
+                             "upstream": upstream, "enabled": True})  # fmt: skip
+
+    class Proxy:
+        endpoint = f"http://127.0.0.1:{TOXIC_S3_PORT}"
+
+        def add(self, toxic: str, attributes: dict, stream: str = "downstream", **extra):
+            body = {"type": toxic, "stream": stream, "attributes": attributes, **extra}
+            return api("POST", f"/proxies/{name}/toxics", body)
+
+        def remove(self, toxic_name: str):
+            api("DELETE", f"/proxies/{name}/toxics/{toxic_name}")
+
+    yield Proxy()
+    api("DELETE", f"/proxies/{name}")
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 24 MiB tmpfs, to fill the disk under a cache for real."""
+    mount = tmp_path / "small-disk"
+    mount.mkdir()
+    result = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(mount)], capture_output=True
+    )
+    if result.returncode != 0:
+        message = f"cannot mount a tmpfs here: {result.stderr.decode().strip()}"
+        if IN_CI:
+            pytest.fail(message)
+        pytest.skip(message)
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
