@@ -218,7 +218,7 @@ class Cache:
                 return 0
             if entry.pinned:
                 raise EntryInUseError(f"{url} is pinned; unpin it before evicting it")
-            if not self._remove(entry):
+            if not self._remove([entry]):
                 raise EntryInUseError(f"{url} is open by another reader and was not evicted")
             return entry.size
         target = 0 if to_bytes is None else _as_bytes(to_bytes)
@@ -491,39 +491,59 @@ class Cache:
         freed = 0
         after = None
         while cached > target:
-            batch = self.index.lru(256, after=after)
+            batch = self.index.lru(1000, after=after)
             if not batch:
                 break
-            for entry in batch:
-                if cached <= target:
-                    break
-                if self._remove(entry):
-                    cached -= entry.size
-                    freed += entry.size
             after = (batch[-1].last_access, batch[-1].url)
+            chosen, total = [], 0
+            for entry in batch:
+                if cached - total <= target:
+                    break
+                chosen.append(entry)
+                total += entry.size
+            removed = sum(e.size for e in self._remove(chosen))
+            cached -= removed
+            freed += removed
         return freed
 
-    def _remove(self, entry: Entry) -> bool:
-        """Delete one entry unless it is pinned, open or touched since it was read."""
-        path = self._file(entry)
+    def _remove(self, entries: list[Entry]) -> list[Entry]:
+        """Delete entries that are not pinned, open or accessed since they were read.
+
+        Readers opened through :meth:`open` hold a shared ``flock`` on the file;
+        an entry whose exclusive lock cannot be taken is in use and stays.
+        Returns the entries removed.
+        """
+        held: list[int] = []
+        free: list[Entry] = []
         try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            self.index.forget(entry.url)
-            return True
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return False
-            if not self.index.remove(entry, then=lambda: _unlink(path)):
-                return False
+            for entry in entries:
+                try:
+                    fd = os.open(self._file(entry), os.O_RDONLY)
+                except FileNotFoundError:
+                    free.append(entry)
+                    continue
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    os.close(fd)
+                    continue
+                held.append(fd)
+                free.append(entry)
+            by_url = {e.url: e for e in free}
+
+            def unlink(urls: list[str]) -> None:
+                for url in urls:
+                    _unlink(self._file(by_url[url]))
+
+            removed = self.index.remove_many(free, then=unlink)
         finally:
-            os.close(fd)
+            for fd in held:
+                os.close(fd)
+        gone = [by_url[url] for url in removed]
         with self._lock:
-            self._counters["evictions"] += 1
-            self._counters["bytes_evicted"] += entry.size
-        return True
+            self._counters["evictions"] += len(gone)
+            self._counters["bytes_evicted"] += sum(e.size for e in gone)
+        return gone
 
     # -- files ----------------------------------------------------------------
 

@@ -104,7 +104,7 @@ class CacheIndex:
         self.lease = lease
         self.owner = owners.current_owner()
         self.engine = _create_engine(url)
-        metadata.create_all(self.engine)
+        self._create_schema()
 
     @classmethod
     def for_root(cls, root: Path, url: str | None = None, **kwargs) -> CacheIndex:
@@ -113,13 +113,25 @@ class CacheIndex:
     def close(self) -> None:
         self.engine.dispose()
 
+    def _create_schema(self) -> None:
+        """Create the tables once, even when many processes open a new index at once."""
+        for attempt in range(5):
+            try:
+                with self._write() as conn:
+                    metadata.create_all(conn)
+                return
+            except sa.exc.DBAPIError:  # another process created them between check and create
+                if attempt == 4:
+                    raise
+                time.sleep(0.05 * (attempt + 1))
+
     # -- transactions -----------------------------------------------------
 
     @contextmanager
     def _write(self) -> Iterator[sa.Connection]:
-        with self.engine.connect().execution_options(sqlite_begin="IMMEDIATE") as conn:
-            with conn.begin():
-                yield conn
+        connection = self.engine.connect().execution_options(sqlite_begin="IMMEDIATE")
+        with connection as conn, conn.begin():
+            yield conn
 
     @contextmanager
     def _read(self) -> Iterator[sa.Connection]:
@@ -330,28 +342,35 @@ class CacheIndex:
             )
             return result.rowcount == 1
 
-    def remove(self, entry: Entry, *, then: Callable[[], None] | None = None) -> bool:
-        """Delete ``entry``'s row if it is still ready, unpinned and untouched since read.
+    def remove_many(
+        self, entries: list[Entry], *, then: Callable[[list[str]], None] | None = None
+    ) -> list[str]:
+        """Delete the rows of ``entries`` that are still ready, unpinned and not
+        accessed since they were read; returns their URLs.
 
-        ``then`` (deleting the file) runs inside the transaction, before the
-        commit: a crash in between leaves a row without a file, which the next
-        access repairs, never a file that no row accounts for.
+        ``then(urls)`` (deleting the files) runs inside the transaction, before
+        the commit: a crash in between leaves rows without files, which the next
+        access repairs, never files that no row accounts for.
         """
+        if not entries:
+            return []
         c = entries_table.c
-        with self._write() as conn:
-            result = conn.execute(
-                entries_table.delete().where(
-                    c.url == entry.url,
-                    c.state == READY,
-                    c.pinned == sa.false(),
-                    c.last_access == entry.last_access,
-                )
+        newest = max(e.last_access for e in entries)
+        stmt = (
+            entries_table.delete()
+            .where(
+                c.url.in_([e.url for e in entries]),
+                c.state == READY,
+                c.pinned == sa.false(),
+                c.last_access <= newest,
             )
-            if result.rowcount != 1:
-                return False
-            if then is not None:
-                then()
-            return True
+            .returning(c.url)
+        )
+        with self._write() as conn:
+            removed = list(conn.execute(stmt).scalars())
+            if then is not None and removed:
+                then(removed)
+        return removed
 
     def forget(self, url: str) -> None:
         """Delete a ready row whatever its state of use (its file is gone)."""

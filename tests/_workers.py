@@ -10,7 +10,7 @@ def get_after_barrier(root, url, part_size, barrier, results):
     from dask_staging import Cache
 
     cache = Cache(root, part_size=part_size, streams=4)
-    barrier.wait()
+    barrier.wait(timeout=60)
     path = cache.get(url)
     with open(path, "rb") as f:
         results.put((os.getpid(), path, hashlib.sha256(f.read()).hexdigest()))

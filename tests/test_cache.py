@@ -88,10 +88,14 @@ def test_single_flight_across_eight_processes(put, cache_root, get_count):
     before = get_count()
     for p in procs:
         p.start()
-    got = [results.get(timeout=120) for _ in procs]
-    for p in procs:
-        p.join(30)
-        assert p.exitcode == 0
+    try:
+        got = [results.get(timeout=120) for _ in procs]
+    finally:
+        for p in procs:
+            p.join(30)
+            if p.is_alive():
+                p.kill()
+    assert [p.exitcode for p in procs] == [0] * 8
     assert get_count() - before == 12  # 24 MiB / 2 MiB parts, fetched once in all
     assert {path for _, path, _ in got} == {got[0][1]}
     assert {digest for _, _, digest in got} == {sha(data)}
