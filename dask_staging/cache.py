@@ -139,6 +139,7 @@ class Cache:
             **storage_options,
         )
         self._engines: dict[str, Any] = {}
+        self._dirs: set[Path] = set()
         self._lock = threading.Lock()
         self._touches: dict[str, tuple[float, int]] = {}
         self._last_flush = time.monotonic()
@@ -166,7 +167,7 @@ class Cache:
         size as it becomes known and every byte that arrives.
         """
         keys = {url: layout.normalize_url(url) for url in urls}
-        found = {key: self._hit(key) for key in set(keys.values())}
+        found = self._hits(set(keys.values()))
         missing = [key for key, path in found.items() if path is None]
         if missing:
             found.update(self._run(self._stage_many(missing, callback or NoOpCallback())))
@@ -275,8 +276,12 @@ class Cache:
 
     # -- hits -------------------------------------------------------------
 
-    def _hit(self, key: str) -> str | None:
-        entry = self.index.lookup(key)
+    def _hits(self, keys: set[str]) -> dict[str, str | None]:
+        entries = self.index.lookup_many(keys)
+        return {key: self._hit(key, entries.get(key)) for key in keys}
+
+    def _hit(self, key: str, entry: Entry | None = None) -> str | None:
+        entry = entry or self.index.lookup(key)
         if entry is None or entry.state != READY:
             return None
         path = self._file(entry)
@@ -392,7 +397,8 @@ class Cache:
 
         async def on_size(info: ObjectInfo) -> None:
             progress.add_total(info.size)
-            await asyncio.to_thread(self._make_room, key, info.size)
+            if self.max_bytes is not None:
+                await asyncio.to_thread(self._make_room, key, info.size)
 
         async with objects:
             try:
@@ -410,8 +416,7 @@ class Cache:
                         engine, key, str(temp), self.config,
                         requests=requests, on_bytes=progress.update,
                     )  # fmt: skip
-                final.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(temp, final)
+                await asyncio.to_thread(self._move_into_place, temp, final)
             except BaseException:
                 _unlink(temp)
                 await asyncio.to_thread(self.index.release, key)
@@ -449,25 +454,24 @@ class Cache:
 
     def _make_room(self, key: str, size: int) -> None:
         """Evict so that ``size`` more bytes fit under ``max_bytes``; reserve them."""
-        if self.max_bytes is not None:
-            if size > self.max_bytes:
-                raise CacheFullError(
-                    f"{key} ({format_bytes(size)}) is larger than the cache limit "
-                    f"max_bytes={format_bytes(self.max_bytes)}"
-                )
+        if size > self.max_bytes:
+            raise CacheFullError(
+                f"{key} ({format_bytes(size)}) is larger than the cache limit "
+                f"max_bytes={format_bytes(self.max_bytes)}"
+            )
+        totals = self.index.totals()
+        used = totals["bytes_cached"] + totals["bytes_reserved"]
+        if used + size > self.max_bytes:
+            target = int(self.max_bytes * self.low_watermark) - size - totals["bytes_reserved"]
+            self._evict_to(max(target, 0))
             totals = self.index.totals()
             used = totals["bytes_cached"] + totals["bytes_reserved"]
             if used + size > self.max_bytes:
-                target = int(self.max_bytes * self.low_watermark) - size - totals["bytes_reserved"]
-                self._evict_to(max(target, 0))
-                totals = self.index.totals()
-                used = totals["bytes_cached"] + totals["bytes_reserved"]
-                if used + size > self.max_bytes:
-                    raise CacheFullError(
-                        f"the cache at {self.root} is full: {format_bytes(used)} of "
-                        f"{format_bytes(self.max_bytes)} is pinned, open or being staged, "
-                        f"so {key} ({format_bytes(size)}) does not fit"
-                    )
+                raise CacheFullError(
+                    f"the cache at {self.root} is full: {format_bytes(used)} of "
+                    f"{format_bytes(self.max_bytes)} is pinned, open or being staged, "
+                    f"so {key} ({format_bytes(size)}) does not fit"
+                )
         self.index.reserve(key, size)
 
     def _free_disk(self, needed: int) -> int:
@@ -546,6 +550,13 @@ class Cache:
         return gone
 
     # -- files ----------------------------------------------------------------
+
+    def _move_into_place(self, temp: Path, final: Path) -> None:
+        parent = final.parent
+        if parent not in self._dirs:
+            parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self._dirs.add(parent)
+        os.replace(temp, final)
 
     def _path(self, relative: str) -> Path:
         return layout.inside(self.root, relative)

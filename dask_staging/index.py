@@ -145,6 +145,15 @@ class CacheIndex:
             row = conn.execute(_select_url, {"url": url}).first()
         return Entry(*row) if row else None
 
+    def lookup_many(self, urls: Iterable[str]) -> dict[str, Entry]:
+        urls = list(urls)
+        out = {}
+        with self._read() as conn:
+            for i in range(0, len(urls), 500):
+                query = sa.select(entries_table).where(entries_table.c.url.in_(urls[i : i + 500]))
+                out.update((row.url, Entry(*row)) for row in conn.execute(query))
+        return out
+
     def entries(self, state: str | None = READY) -> list[Entry]:
         query = sa.select(entries_table).order_by(entries_table.c.last_access)
         if state is not None:

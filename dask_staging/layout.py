@@ -69,8 +69,8 @@ def parse_temp_name(name: str) -> tuple[str, int] | None:
 
 
 def inside(root: Path, relative: str) -> Path:
-    """Absolute path of ``relative`` under ``root``; refuses anything outside it."""
-    path = (root / relative).resolve()
-    if root not in path.parents:
+    """Absolute path of ``relative`` under the resolved ``root``; refuses anything outside it."""
+    path = os.path.normpath(os.path.join(root, relative))
+    if not path.startswith(f"{root}{os.sep}") or os.path.islink(os.path.dirname(path)):
         raise ValueError(f"cache path {relative!r} resolves outside the cache root {root}")
-    return path
+    return Path(path)

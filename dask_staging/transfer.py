@@ -108,24 +108,32 @@ async def download(
         )
     if on_size is not None:
         await on_size(info)
+    if info.size <= cfg.part_size:
+        return await _download_small(source, url, dest, info, first, cfg, requests, on_bytes)
     fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
-        if info.size:
-            try:
-                await loop.run_in_executor(None, os.posix_fallocate, fd, 0, info.size)
-            except OSError as exc:
-                if exc.errno == errno.ENOSPC:
-                    raise _disk_full(url, info.size) from None
-                if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
-                    raise
-        parts = plan_parts(info.size, cfg.part_size)
+        try:
+            await loop.run_in_executor(None, os.posix_fallocate, fd, 0, info.size)
+        except OSError as exc:
+            if exc.errno == errno.ENOSPC:
+                raise _disk_full(url, info.size) from None
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+
         streams = asyncio.Semaphore(cfg.streams)
 
         async def fetch(index: int, start: int, end: int) -> bytes:
+            hasher = checksum.new_part_hasher()
+
+            async def write(chunk, offset: int) -> None:
+                await loop.run_in_executor(None, _pwrite, fd, chunk, offset, hasher)
+
             async with streams, requests:
                 stream = first if index == 0 else None
-                return await _copy_part(source, url, fd, start, end, info, stream, cfg, on_bytes)
+                await _copy_part(source, url, start, end, info, stream, cfg, write, on_bytes)
+            return hasher.digest()
 
+        parts = plan_parts(info.size, cfg.part_size)
         tasks = [asyncio.ensure_future(fetch(i, s, e)) for i, (s, e) in enumerate(parts)]
         try:
             digests = await asyncio.gather(*tasks)
@@ -142,9 +150,31 @@ async def download(
     return ObjectInfo(info.size, info.etag, info.version, checksum.combine(cfg.part_size, digests))
 
 
-async def _copy_part(source, url, fd, start, end, info, stream, cfg, on_bytes) -> bytes:
-    loop = asyncio.get_running_loop()
-    hasher = checksum.new_part_hasher()
+async def _download_small(source, url, dest, info, first, cfg, requests, on_bytes) -> ObjectInfo:
+    """One part: gather it in memory, then write and hash it in one thread hop.
+
+    Hashing happens off the event loop: the hash function releases the GIL,
+    and taking it back on the loop thread can cost a whole switch interval.
+    """
+    chunks: list = []
+
+    async def keep(chunk, offset: int) -> None:
+        chunks.append(chunk)  # a resumed stream continues at the end of what was kept
+
+    async with requests:
+        await _copy_part(source, url, 0, info.size, info, first, cfg, keep, on_bytes)
+    try:
+        digest = await asyncio.get_running_loop().run_in_executor(None, _write_file, dest, chunks)
+    except OSError as exc:
+        _unlink(dest)
+        if exc.errno == errno.ENOSPC:
+            raise _disk_full(url, info.size) from None
+        raise
+    return ObjectInfo(info.size, info.etag, info.version, checksum.combine(cfg.part_size, [digest]))
+
+
+async def _copy_part(source, url, start, end, info, stream, cfg, write, on_bytes) -> None:
+    """Stream bytes ``[start, end)`` to ``write(chunk, offset)``, resuming after failures."""
     offset = start
     attempt = 0
     while True:
@@ -155,13 +185,13 @@ async def _copy_part(source, url, fd, start, end, info, stream, cfg, on_bytes) -
                 n = len(chunk)
                 if offset + n > end:
                     raise TransferError(f"the server sent more bytes than asked for {url}")
-                await loop.run_in_executor(None, _write, fd, chunk, offset, hasher)
+                await write(chunk, offset)
                 offset += n
                 if on_bytes is not None:
                     on_bytes(n)
             if offset != end:
                 raise ConnectionError(f"stream ended at byte {offset}, expected {end}")
-            return hasher.digest()
+            return
         except asyncio.CancelledError:
             raise
         except StagingError:
@@ -190,7 +220,22 @@ async def _with_retries(make, source, url, cfg):
             attempt += 1
 
 
-def _write(fd: int, chunk, offset: int, hasher) -> None:
+def _write_file(dest: str, chunks: list) -> bytes:
+    """Write ``chunks`` to the new file ``dest``; returns their part digest."""
+    hasher = checksum.new_part_hasher()
+    fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        for chunk in chunks:
+            hasher.update(chunk)
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
+    return hasher.digest()
+
+
+def _pwrite(fd: int, chunk, offset: int, hasher) -> None:
     view = memoryview(chunk)
     while view:
         written = os.pwrite(fd, view, offset)

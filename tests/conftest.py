@@ -118,6 +118,9 @@ def toxiproxy(minio):
         return json.loads(raw) if raw else None
 
     upstream = MINIO.split("://", 1)[1]
+    for other in (api("GET", "/proxies") or {}).values():  # e.g. left by a benchmark
+        if other["listen"].endswith(f":{TOXIC_S3_PORT}"):
+            api("DELETE", f"/proxies/{other['name']}")
     api("POST", "/proxies", {"name": name, "listen": f"127.0.0.1:{TOXIC_S3_PORT}",
                              "upstream": upstream, "enabled": True})  # fmt: skip
 
