@@ -94,10 +94,12 @@ def toxic_proxy(latency_ms: int, rate_kbs: int) -> str:
     atexit.register(call, "DELETE", "/proxies/bench-s3")
     call("POST", "/proxies", {"name": "bench-s3", "listen": f"127.0.0.1:{TOXIC_PORT}",
                               "upstream": ENDPOINT.split("://")[1], "enabled": True})  # fmt: skip
-    call("POST", "/proxies/bench-s3/toxics",
-         {"type": "latency", "stream": "downstream", "attributes": {"latency": latency_ms}})  # fmt: skip
-    call("POST", "/proxies/bench-s3/toxics",
-         {"type": "bandwidth", "stream": "downstream", "attributes": {"rate": rate_kbs}})  # fmt: skip
+    for toxic, attributes in (
+        ("latency", {"latency": latency_ms}),
+        ("bandwidth", {"rate": rate_kbs}),
+    ):
+        body = {"type": toxic, "stream": "downstream", "attributes": attributes}
+        call("POST", "/proxies/bench-s3/toxics", body)
     return f"http://127.0.0.1:{TOXIC_PORT}"
 
 

@@ -10,6 +10,7 @@ others wait and then read the same file.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import logging
 import os
@@ -654,7 +655,5 @@ def _needed_from(exc: DiskFullError) -> int:
 
 
 def _unlink(path: str | os.PathLike) -> None:
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
-    except FileNotFoundError:
-        pass

@@ -278,32 +278,42 @@ class CacheIndex:
     def publish_many(self, records: list[dict]) -> list[str]:
         """Mark claimed downloads ready; returns the URLs this process no longer owned."""
         now = time.time()
-        lost = []
+        c = entries_table.c
+        stmt = (
+            entries_table.update()
+            .where(c.url == sa.bindparam("u"), c.owner == self.owner, c.state == STAGING)
+            .values(
+                state=READY,
+                size=sa.bindparam("size"),
+                etag=sa.bindparam("etag"),
+                version=sa.bindparam("version"),
+                checksum=sa.bindparam("checksum"),
+                owner=None,
+                lease_until=None,
+                tmp_path=None,
+                last_access=now,
+                validated=now,
+            )
+        )
+        params = [
+            {
+                "u": r["url"],
+                "size": r["size"],
+                "etag": r.get("etag"),
+                "version": r.get("version"),
+                "checksum": r.get("checksum"),
+            }
+            for r in records
+        ]
         with self._write() as conn:
-            for rec in records:
-                result = conn.execute(
-                    entries_table.update()
-                    .where(
-                        entries_table.c.url == rec["url"],
-                        entries_table.c.owner == self.owner,
-                        entries_table.c.state == STAGING,
-                    )
-                    .values(
-                        state=READY,
-                        size=rec["size"],
-                        etag=rec.get("etag"),
-                        version=rec.get("version"),
-                        checksum=rec.get("checksum"),
-                        owner=None,
-                        lease_until=None,
-                        tmp_path=None,
-                        last_access=now,
-                        validated=now,
-                    )
-                )
-                if result.rowcount != 1:
-                    lost.append(rec["url"])
-        return lost
+            updated = conn.execute(stmt, params).rowcount
+            if updated == len(records):
+                return []
+            mine = sa.select(c.url).where(
+                c.url.in_([r["url"] for r in records]), c.state == READY, c.validated == now
+            )
+            published = set(conn.execute(mine).scalars())
+        return [r["url"] for r in records if r["url"] not in published]
 
     def release(self, url: str) -> None:
         """Give up a claim after a failed download: the row goes away."""

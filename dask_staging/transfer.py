@@ -12,6 +12,7 @@ carry on.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import os
 import random
@@ -251,7 +252,5 @@ def _disk_full(what: str, size: int) -> DiskFullError:
 
 
 def _unlink(path: str) -> None:
-    try:
+    with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
-    except FileNotFoundError:
-        pass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -66,10 +67,8 @@ def bucket(s3, s3_env):
     name = f"test-{uuid.uuid4().hex[:12]}"
     s3.mkdir(name)
     yield name
-    try:
+    with contextlib.suppress(Exception):
         s3.rm(name, recursive=True)
-    except Exception:
-        pass
 
 
 @pytest.fixture

@@ -38,9 +38,9 @@ def test_listing_and_info_pass_through(put, bucket, staged):
 
 
 def test_write_modes_are_refused(bucket, staged):
-    with pytest.raises(NotImplementedError, match="read-only"):
-        with fsspec.open(f"staged::s3://{bucket}/x", "wb", **staged) as f:
-            f.write(b"no")
+    opener = fsspec.open(f"staged::s3://{bucket}/x", "wb", **staged)
+    with pytest.raises(NotImplementedError, match="read-only"), opener as f:
+        f.write(b"no")
 
 
 def test_pandas_and_dask_read_parquet(s3, bucket, staged):
@@ -77,7 +77,9 @@ def test_root_from_dask_config(put, cache_root, monkeypatch):
     import dask
 
     url = put("cfg", b"configured")
-    with dask.config.set({"staging.root": str(cache_root / "from-config")}):
-        with fsspec.open(f"staged::{url}") as f:
-            assert f.read() == b"configured"
+    with (
+        dask.config.set({"staging.root": str(cache_root / "from-config")}),
+        fsspec.open(f"staged::{url}") as f,
+    ):
+        assert f.read() == b"configured"
     assert Cache(cache_root / "from-config").contains(url)
