@@ -41,7 +41,9 @@ S5CMD = str(Path(sys.executable).with_name("s5cmd"))
 
 
 def s5cmd(endpoint: str, *args: str) -> None:
-    env = dict(os.environ, S3_ENDPOINT_URL=endpoint)
+    env = dict(
+        os.environ, S3_ENDPOINT_URL=endpoint, AWS_ACCESS_KEY_ID=USER, AWS_SECRET_ACCESS_KEY=PASSWORD
+    )
     subprocess.run([S5CMD, "--log", "error", *args], check=True, env=env)
 
 
