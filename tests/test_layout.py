@@ -106,3 +106,18 @@ def test_owner_liveness_uses_process_start_time():
     assert not owner.alive(f"{host}:999999999:1", None, 0)
     assert owner.alive("elsewhere:1:1", lease_until=100.0, now=50.0)
     assert not owner.alive("elsewhere:1:1", lease_until=100.0, now=150.0)
+
+
+def test_other_protocols_go_through_fsspec(tmp_path):
+    """file:// (and any fsspec protocol) uses the generic engine, with the same guarantees."""
+    from dask_staging import Cache, RemoteNotFoundError
+
+    source = tmp_path / "src.bin"
+    data = os.urandom(3000)
+    source.write_bytes(data)
+    cache = Cache(tmp_path / "cache", part_size=1024)
+    path = cache.get(f"file://{source}")
+    assert open(path, "rb").read() == data and cache.verify() == []
+    with pytest.raises(RemoteNotFoundError, match="does not exist"):
+        cache.get(f"file://{tmp_path}/missing")
+    assert [e.url for e in cache.entries()] == [f"file://{source}"]

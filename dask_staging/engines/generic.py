@@ -12,7 +12,12 @@ from typing import Any
 
 import fsspec
 
-from dask_staging.errors import RemoteAccessError, RemoteNotFoundError, TransferError
+from dask_staging.errors import (
+    RemoteAccessError,
+    RemoteChangedError,
+    RemoteNotFoundError,
+    TransferError,
+)
 from dask_staging.transfer import ObjectInfo
 
 
@@ -71,7 +76,5 @@ class FsspecEngine:
         if isinstance(exc, PermissionError):
             return RemoteAccessError(f"access to {url} was denied")
         if isinstance(exc, FileExistsError):
-            from dask_staging.errors import RemoteChangedError
-
             return RemoteChangedError(f"{url} changed during the transfer")
         return TransferError(f"could not transfer {url} after retries ({type(exc).__name__})")
