@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -117,7 +118,7 @@ def test_other_protocols_go_through_fsspec(tmp_path):
     source.write_bytes(data)
     cache = Cache(tmp_path / "cache", part_size=1024)
     path = cache.get(f"file://{source}")
-    assert open(path, "rb").read() == data and cache.verify() == []
+    assert Path(path).read_bytes() == data and cache.verify() == []
     with pytest.raises(RemoteNotFoundError, match="does not exist"):
         cache.get(f"file://{tmp_path}/missing")
     assert [e.url for e in cache.entries()] == [f"file://{source}"]
