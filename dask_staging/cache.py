@@ -10,7 +10,6 @@ others wait and then read the same file.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import fcntl
 import logging
 import os
@@ -34,7 +33,7 @@ from dask_staging.errors import (
     StagingError,
 )
 from dask_staging.index import READY, CacheIndex, Entry
-from dask_staging.transfer import ObjectInfo, TransferConfig, download
+from dask_staging.transfer import ObjectInfo, TransferConfig, download, remove_file
 
 logger = logging.getLogger("dask_staging")
 
@@ -245,7 +244,7 @@ class Cache:
                 bad.append(entry.url)
                 if remove:
                     self.index.forget(entry.url)
-                    _unlink(path)
+                    remove_file(path)
         return bad
 
     def stats(self) -> dict[str, Any]:
@@ -364,7 +363,7 @@ class Cache:
         for claim in claims.values():
             if claim.abandoned_tmp:
                 logger.info("removing %s left by a crashed download", claim.abandoned_tmp)
-                _unlink(self.root / claim.abandoned_tmp)
+                remove_file(self.root / claim.abandoned_tmp)
         return claims
 
     async def _stale(self, keys: list[str], results: dict[str, str]) -> set[str]:
@@ -409,7 +408,7 @@ class Cache:
                         requests=requests, on_size=on_size, on_bytes=progress.update,
                     )  # fmt: skip
                 except DiskFullError as exc:
-                    needed = _needed_from(exc)
+                    needed = exc.needed
                     freed = await asyncio.to_thread(self._free_disk, needed)
                     if not freed:
                         raise self._disk_full_error(key, needed) from None
@@ -419,7 +418,7 @@ class Cache:
                     )  # fmt: skip
                 await asyncio.to_thread(self._move_into_place, temp, final)
             except BaseException:
-                _unlink(temp)
+                remove_file(temp)
                 await asyncio.to_thread(self.index.release, key)
                 raise
         record = {
@@ -538,7 +537,7 @@ class Cache:
 
             def unlink(urls: list[str]) -> None:
                 for url in urls:
-                    _unlink(self._file(by_url[url]))
+                    remove_file(self._file(by_url[url]))
 
             removed = self.index.remove_many(free, then=unlink)
         finally:
@@ -571,7 +570,7 @@ class Cache:
         for path in (self.root / layout.TMP).glob("*.part"):
             parsed = layout.parse_temp_name(path.name)
             if parsed and parsed[0] == me and owner.process_start(parsed[1]) is None:
-                _unlink(path)
+                remove_file(path)
 
 
 class _Batcher:
@@ -648,12 +647,3 @@ def _as_bytes(value: int | str) -> int:
 def _disk_free(path: Path) -> int:
     st = os.statvfs(path)
     return st.f_bavail * st.f_frsize
-
-
-def _needed_from(exc: DiskFullError) -> int:
-    return getattr(exc, "size", 0)
-
-
-def _unlink(path: str | os.PathLike) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)

@@ -28,7 +28,14 @@ class CacheFullError(StagingError, OSError):
 
 
 class DiskFullError(CacheFullError):
-    """The file system under the cache root ran out of space."""
+    """The file system under the cache root ran out of space.
+
+    ``needed`` is the size of the object that did not fit, in bytes.
+    """
+
+    def __init__(self, message: str, needed: int = 0):
+        super().__init__(message)
+        self.needed = needed
 
 
 class EntryInUseError(StagingError):

@@ -145,7 +145,7 @@ async def download(
             raise
     except BaseException:
         os.close(fd)
-        _unlink(dest)
+        remove_file(dest)
         raise
     os.close(fd)
     return ObjectInfo(info.size, info.etag, info.version, checksum.combine(cfg.part_size, digests))
@@ -167,7 +167,7 @@ async def _download_small(source, url, dest, info, first, cfg, requests, on_byte
     try:
         digest = await asyncio.get_running_loop().run_in_executor(None, _write_file, dest, chunks)
     except OSError as exc:
-        _unlink(dest)
+        remove_file(dest)
         if exc.errno == errno.ENOSPC:
             raise _disk_full(url, info.size) from None
         raise
@@ -246,11 +246,10 @@ def _pwrite(fd: int, chunk, offset: int, hasher) -> None:
 
 
 def _disk_full(what: str, size: int) -> DiskFullError:
-    exc = DiskFullError(f"no space left on the cache disk for {what} ({size} bytes)")
-    exc.size = size
-    return exc
+    return DiskFullError(f"no space left on the cache disk for {what} ({size} bytes)", size)
 
 
-def _unlink(path: str) -> None:
+def remove_file(path: str | os.PathLike) -> None:
+    """Delete ``path`` if it exists."""
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
