@@ -9,19 +9,19 @@ others wait and then read the same file.
 
 from __future__ import annotations
 
-import asyncio
 import fcntl
 import logging
 import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from dask.utils import format_bytes, parse_bytes
-from fsspec.asyn import get_loop, sync
 from fsspec.callbacks import Callback, NoOpCallback
 
 from dask_staging import checksum, layout, owner
@@ -139,14 +139,14 @@ class Cache:
             **storage_options,
         )
         self._engines: dict[str, Any] = {}
-        self._dirs: set[Path] = set()
+        self._object_pool: ThreadPoolExecutor | None = None
+        self._part_pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         self._touches: dict[str, tuple[float, int]] = {}
         self._last_flush = time.monotonic()
         self._counters = dict.fromkeys(
             ("hits", "misses", "bytes_staged", "evictions", "bytes_evicted"), 0
         )
-        self._publish = _Batcher(self.index.publish_many)
         self._finalizer = weakref.finalize(self, _flush_and_close, self.index, self._touches)
         self._sweep_temp()
 
@@ -158,7 +158,7 @@ class Cache:
         path = self._hit(key)
         if path is not None:
             return path
-        return self._run(self._stage_many([key], NoOpCallback()))[key]
+        return self._stage_missing([key], NoOpCallback())[key]
 
     def stage(self, urls: Iterable[str], *, callback: Callback | None = None) -> dict[str, str]:
         """Stage many URLs in parallel; returns ``{url: local path}``.
@@ -170,7 +170,7 @@ class Cache:
         found = self._hits(set(keys.values()))
         missing = [key for key, path in found.items() if path is None]
         if missing:
-            found.update(self._run(self._stage_many(missing, callback or NoOpCallback())))
+            found.update(self._stage_missing(missing, callback or NoOpCallback()))
         return {url: found[key] for url, key in keys.items()}
 
     def contains(self, url: str) -> bool:
@@ -258,7 +258,10 @@ class Cache:
         return out
 
     def close(self) -> None:
-        """Write pending access times and release the index's connections."""
+        """Write pending access times, stop the transfer threads, release the index."""
+        for pool in (self._object_pool, self._part_pool):
+            if pool is not None:
+                pool.shutdown(wait=True)
         self._finalizer()
 
     def __enter__(self) -> Cache:
@@ -278,10 +281,13 @@ class Cache:
 
     def _hits(self, keys: set[str]) -> dict[str, str | None]:
         entries = self.index.lookup_many(keys)
-        return {key: self._hit(key, entries.get(key)) for key in keys}
+        return {key: self._check_hit(key, entries.get(key)) for key in keys}
 
-    def _hit(self, key: str, entry: Entry | None = None) -> str | None:
-        entry = entry or self.index.lookup(key)
+    def _hit(self, key: str) -> str | None:
+        return self._check_hit(key, self.index.lookup(key))
+
+    def _check_hit(self, key: str, entry: Entry | None) -> str | None:
+        """Path of a usable ready ``entry`` (recording the access), else None."""
         if entry is None or entry.state != READY:
             return None
         path = self._file(entry)
@@ -312,45 +318,79 @@ class Cache:
 
     # -- misses -------------------------------------------------------------
 
-    def _run(self, coro):
-        return sync(get_loop(), lambda: coro)
+    def _pools(self) -> tuple[ThreadPoolExecutor, ThreadPoolExecutor]:
+        """Threads for whole objects and for parts of large ones, made on first use."""
+        with self._lock:
+            if self._object_pool is None:
+                self._object_pool = ThreadPoolExecutor(self.transfers, "staging-object")
+                self._part_pool = ThreadPoolExecutor(self.config.streams, "staging-part")
+            return self._object_pool, self._part_pool
 
-    async def _stage_many(self, keys: list[str], callback: Callback) -> dict[str, str]:
+    def _stage_missing(self, keys: list[str], callback: Callback) -> dict[str, str]:
+        """Download what is missing, wait for what others download; ``{key: path}``."""
         results: dict[str, str] = {}
-        objects = asyncio.Semaphore(self.transfers)
-        requests = asyncio.Semaphore(self.transfers)
         progress = _Progress(callback)
-        refresh = await self._stale(keys, results)
+        objects, _ = self._pools()
+        refresh = self._stale(keys, results)
         waiting = [k for k in keys if k not in results]
         delay = 0.01
-        heartbeat = asyncio.ensure_future(self._heartbeat())
-        try:
+        with self._heartbeat():
             while waiting:
                 items = [(k, layout.relative_path(k), layout.temp_path(k)) for k in waiting]
-                claims = await asyncio.to_thread(self._claim, items, refresh)
-                ours = []
-                waiting = []
+                claims = self._claim(items, refresh)
+                ours, waiting = [], []
                 for key, rel, tmp in items:
                     claim = claims[key]
                     if claim.status == "ready":
                         results[key] = str(self._file(claim.entry))
                         self._touch(key)
                     elif claim.status == "claimed":
-                        ours.append((key, rel, tmp))
+                        ours.append(objects.submit(self._download, key, rel, tmp, progress))
                     else:
                         waiting.append(key)
                 refresh = set()
-                if ours:
-                    done = await asyncio.gather(
-                        *(self._download(k, r, t, objects, requests, progress) for k, r, t in ours)
-                    )
-                    results.update(done)
+                results.update(self._collect(ours))
                 if waiting:
-                    await asyncio.sleep(delay)
+                    time.sleep(delay)
                     delay = min(delay * 1.5, 0.25)
-        finally:
-            heartbeat.cancel()
         return results
+
+    def _collect(self, futures) -> dict[str, str]:
+        """Wait for downloads and publish them in batches (one transaction per batch).
+
+        Every download finishes, and every finished one is published, before
+        the first error (if any) is raised.
+        """
+        paths: dict[str, str] = {}
+        batch: list[dict] = []
+        errors: list[BaseException] = []
+        flushed = time.monotonic()
+
+        def publish() -> None:
+            lost = self.index.publish_many(batch)
+            for key in lost:
+                logger.warning("another host took over %s while it was downloading here", key)
+            with self._lock:
+                self._counters["misses"] += len(batch)
+                self._counters["bytes_staged"] += sum(r["size"] for r in batch)
+            batch.clear()
+
+        for future in as_completed(futures):
+            try:
+                record, path = future.result()
+            except Exception as exc:
+                errors.append(exc)
+                continue
+            paths[record["url"]] = path
+            batch.append(record)
+            if len(batch) >= 500 or time.monotonic() - flushed > 0.05:
+                publish()
+                flushed = time.monotonic()
+        if batch:
+            publish()
+        if errors:
+            raise errors[0]
+        return paths
 
     def _claim(self, items, refresh):
         claims = {}
@@ -366,61 +406,61 @@ class Cache:
                 remove_file(self.root / claim.abandoned_tmp)
         return claims
 
-    async def _stale(self, keys: list[str], results: dict[str, str]) -> set[str]:
+    def _stale(self, keys: list[str], results: dict[str, str]) -> set[str]:
         """Check cached-but-due entries against the remote; returns those that changed."""
         if self.revalidate is None:
             return set()
-        due = []
         now = time.time()
-        for key in keys:
-            entry = self.index.lookup(key)
-            if entry is not None and entry.state == READY and self._file(entry).exists():
-                due.append(entry)
-        changed = set()
+        due = [
+            entry
+            for entry in self.index.lookup_many(keys).values()
+            if entry.state == READY and self._file(entry).exists()
+        ]
 
-        async def check(entry: Entry) -> None:
-            remote = await self._engine(entry.url).head(entry.url)
-            if remote.etag == entry.etag and remote.size == entry.size:
-                await asyncio.to_thread(self.index.mark_validated, entry.url, now)
+        def changed(entry: Entry) -> bool:
+            remote = self._engine(entry.url).head(entry.url)
+            return remote.etag != entry.etag or remote.size != entry.size
+
+        objects, _ = self._pools()
+        stale = set()
+        for entry, is_stale in zip(due, objects.map(changed, due), strict=True):
+            if is_stale:
+                stale.add(entry.url)
+            else:
+                self.index.mark_validated(entry.url, now)
                 results[entry.url] = str(self._file(entry))
                 self._touch(entry.url)
-            else:
-                changed.add(entry.url)
+        return stale
 
-        await asyncio.gather(*(check(e) for e in due))
-        return changed
-
-    async def _download(self, key, rel, tmp, objects, requests, progress) -> tuple[str, str]:
+    def _download(self, key: str, rel: str, tmp: str, progress: _Progress) -> tuple[dict, str]:
+        """Download one claimed URL into place; returns its index record and path."""
         final = self._path(rel)
         temp = self._path(tmp)
         engine = self._engine(key)
+        _, parts = self._pools()
 
-        async def on_size(info: ObjectInfo) -> None:
+        def on_size(info: ObjectInfo) -> None:
             progress.add_total(info.size)
             if self.max_bytes is not None:
-                await asyncio.to_thread(self._make_room, key, info.size)
+                self._make_room(key, info.size)
 
-        async with objects:
+        try:
             try:
-                try:
-                    info = await download(
-                        engine, key, str(temp), self.config,
-                        requests=requests, on_size=on_size, on_bytes=progress.update,
-                    )  # fmt: skip
-                except DiskFullError as exc:
-                    needed = exc.needed
-                    freed = await asyncio.to_thread(self._free_disk, needed)
-                    if not freed:
-                        raise self._disk_full_error(key, needed) from None
-                    info = await download(
-                        engine, key, str(temp), self.config,
-                        requests=requests, on_bytes=progress.update,
-                    )  # fmt: skip
-                await asyncio.to_thread(self._move_into_place, temp, final)
-            except BaseException:
-                remove_file(temp)
-                await asyncio.to_thread(self.index.release, key)
-                raise
+                info = download(
+                    engine, key, temp, final, self.config,
+                    parts=parts, on_size=on_size, on_bytes=progress.update,
+                )  # fmt: skip
+            except DiskFullError as exc:
+                if not self._free_disk(exc.needed):
+                    raise self._disk_full_error(key, exc.needed) from None
+                info = download(
+                    engine, key, temp, final, self.config,
+                    parts=parts, on_bytes=progress.update,
+                )  # fmt: skip
+        except BaseException:
+            remove_file(temp)
+            self.index.release(key)
+            raise
         record = {
             "url": key,
             "size": info.size,
@@ -428,18 +468,23 @@ class Cache:
             "version": info.version,
             "checksum": info.checksum,
         }
-        lost = await self._publish.submit(record)
-        if key in lost:
-            logger.warning("another host took over %s while it was downloading here", key)
-        with self._lock:
-            self._counters["misses"] += 1
-            self._counters["bytes_staged"] += info.size
-        return key, str(final)
+        return record, final
 
-    async def _heartbeat(self) -> None:
-        while True:
-            await asyncio.sleep(self.index.lease / 3)
-            await asyncio.to_thread(self.index.heartbeat)
+    @contextmanager
+    def _heartbeat(self) -> Iterator[None]:
+        """Renew this process's download leases while a staging call runs."""
+        stop = threading.Event()
+
+        def beat() -> None:
+            while not stop.wait(self.index.lease / 3):
+                self.index.heartbeat()
+
+        thread = threading.Thread(target=beat, name="staging-heartbeat", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
 
     def _engine(self, url: str):
         protocol = url.split("://", 1)[0]
@@ -551,14 +596,7 @@ class Cache:
 
     # -- files ----------------------------------------------------------------
 
-    def _move_into_place(self, temp: Path, final: Path) -> None:
-        parent = final.parent
-        if parent not in self._dirs:
-            parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            self._dirs.add(parent)
-        os.replace(temp, final)
-
-    def _path(self, relative: str) -> Path:
+    def _path(self, relative: str) -> str:
         return layout.inside(self.root, relative)
 
     def _file(self, entry: Entry) -> Path:
@@ -573,46 +611,22 @@ class Cache:
                 remove_file(path)
 
 
-class _Batcher:
-    """Run ``fn(items)`` in a thread for items submitted while an earlier batch ran."""
-
-    def __init__(self, fn: Callable[[list], Any]):
-        self._fn = fn
-        self._items: list[tuple[Any, asyncio.Future]] = []
-        self._lock: asyncio.Lock | None = None
-
-    async def submit(self, item):
-        if self._lock is None:
-            self._lock = asyncio.Lock()
-        future = asyncio.get_running_loop().create_future()
-        self._items.append((item, future))
-        async with self._lock:
-            if not future.done():
-                batch, self._items = self._items, []
-                try:
-                    result = await asyncio.to_thread(self._fn, [i for i, _ in batch])
-                except Exception as exc:
-                    for _, f in batch:
-                        f.set_exception(exc)
-                else:
-                    for _, f in batch:
-                        f.set_result(result)
-        return await future
-
-
 class _Progress:
-    """Adapts byte counts from many concurrent transfers to one fsspec callback."""
+    """Adapts byte counts from many transfer threads to one fsspec callback."""
 
     def __init__(self, callback: Callback):
         self.callback = callback
         self.total = 0
+        self.lock = threading.Lock()
 
     def add_total(self, size: int) -> None:
-        self.total += size
-        self.callback.set_size(self.total)
+        with self.lock:
+            self.total += size
+            self.callback.set_size(self.total)
 
     def update(self, n: int) -> None:
-        self.callback.relative_update(n)
+        with self.lock:
+            self.callback.relative_update(n)
 
 
 def _make_root(root: str | os.PathLike) -> Path:

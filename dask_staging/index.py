@@ -209,31 +209,48 @@ class CacheIndex:
     def claim_many(
         self, items: Iterable[tuple[str, str, str]], *, refresh: bool = False
     ) -> dict[str, Claim]:
-        """Claim many URLs in one transaction; see :meth:`claim`."""
+        """Claim many URLs in one transaction; see :meth:`claim`.
+
+        Existing rows are read in batches; new rows go in with one
+        ``INSERT ... ON CONFLICT DO NOTHING RETURNING``, so a row another
+        process inserted first comes back as busy, never as an error.
+        """
         now = time.time()
+        items = list(items)
+        c = entries_table.c
         out: dict[str, Claim] = {}
         with self._write() as conn:
+            existing: dict[str, Entry] = {}
+            for i in range(0, len(items), 500):
+                urls = [url for url, _, _ in items[i : i + 500]]
+                query = sa.select(entries_table).where(c.url.in_(urls)).with_for_update()
+                existing.update((row.url, Entry(*row)) for row in conn.execute(query))
+            new = [
+                {
+                    "url": url,
+                    "path": path,
+                    "size": 0,
+                    "state": STAGING,
+                    "owner": self.owner,
+                    "lease_until": now + self.lease,
+                    "tmp_path": tmp_path,
+                    "created": now,
+                    "last_access": now,
+                    "pinned": False,
+                    "hits": 0,
+                }
+                for url, path, tmp_path in items
+                if url not in existing
+            ]
+            if new:
+                insert = _insert_for(self.engine.dialect.name)(entries_table)
+                stmt = insert.on_conflict_do_nothing(index_elements=["url"]).returning(c.url)
+                inserted = set(conn.execute(stmt, new).scalars())
+                for row in new:
+                    out[row["url"]] = Claim("claimed" if row["url"] in inserted else "busy")
             for url, path, tmp_path in items:
-                row = conn.execute(_select_url_for_update, {"url": url}).first()
-                entry = Entry(*row) if row else None
+                entry = existing.get(url)
                 if entry is None:
-                    conn.execute(
-                        entries_table.insert(),
-                        {
-                            "url": url,
-                            "path": path,
-                            "size": 0,
-                            "state": STAGING,
-                            "owner": self.owner,
-                            "lease_until": now + self.lease,
-                            "tmp_path": tmp_path,
-                            "created": now,
-                            "last_access": now,
-                            "pinned": False,
-                            "hits": 0,
-                        },
-                    )
-                    out[url] = Claim("claimed")
                     continue
                 if entry.state == READY and not refresh:
                     out[url] = Claim("ready", entry)
@@ -243,7 +260,7 @@ class CacheIndex:
                     continue
                 conn.execute(
                     entries_table.update()
-                    .where(entries_table.c.url == url)
+                    .where(c.url == url)
                     .values(
                         state=STAGING,
                         owner=self.owner,
@@ -407,7 +424,15 @@ class CacheIndex:
 
 
 _select_url = sa.select(entries_table).where(entries_table.c.url == sa.bindparam("url"))
-_select_url_for_update = _select_url.with_for_update()
+
+
+def _insert_for(dialect: str):
+    """The dialect's INSERT construct (it knows ON CONFLICT)."""
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    return insert
 
 
 def _create_engine(url: str) -> sa.Engine:

@@ -68,9 +68,9 @@ def parse_temp_name(name: str) -> tuple[str, int] | None:
         return None
 
 
-def inside(root: Path, relative: str) -> Path:
+def inside(root: Path, relative: str) -> str:
     """Absolute path of ``relative`` under the resolved ``root``; refuses anything outside it."""
-    path = os.path.normpath(os.path.join(root, relative))
-    if not path.startswith(f"{root}{os.sep}") or os.path.islink(os.path.dirname(path)):
+    path = os.path.normpath(f"{root}/{relative}")
+    if not path.startswith(f"{root}{os.sep}"):
         raise ValueError(f"cache path {relative!r} resolves outside the cache root {root}")
-    return Path(path)
+    return path

@@ -1,22 +1,28 @@
-"""Multi-stream download of one object into a local temp file.
+"""Multi-stream download of one object into a local temp file, on threads.
 
 The first request asks for the first part and learns the object's size and
 ETag from its answer (no separate HEAD: that round trip matters on a 10 ms
 link).  Small objects are then complete; large ones are fetched as ranged GETs
-over ``streams`` concurrent requests, each pinned to the ETag, written in place
+on a pool of ``streams`` threads, each pinned to the ETag, written in place
 with ``pwrite`` and hashed as they arrive.  A part that fails midway resumes
 from the last byte written, with capped exponential backoff; the other parts
 carry on.
+
+Threads, not asyncio: obstore's blocking calls release the GIL, and without an
+event loop in between each object costs a fraction of the Python work
+(measured 3,400 vs 2,200 small objects/s on two cores).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import errno
 import os
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_EXCEPTION, Executor, wait
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -48,8 +54,6 @@ class TransferConfig:
         Attempts per part after the first, resuming where the last one stopped.
     backoff, max_backoff : float
         First and largest pause between attempts, in seconds (jittered).
-    chunk_size : int
-        Bytes handed to the writer at a time.
     """
 
     part_size: int = 16 << 20
@@ -57,16 +61,25 @@ class TransferConfig:
     retries: int = 5
     backoff: float = 0.1
     max_backoff: float = 5.0
-    chunk_size: int = 8 << 20
+
+
+class Body(Protocol):
+    """The body of a GET, read either in chunks or whole."""
+
+    def chunks(self) -> Iterator:
+        """The bytes in chunks of a few MiB."""
+
+    def read(self):
+        """All the bytes at once (a buffer)."""
 
 
 class RangeSource(Protocol):
     """What an engine offers to the downloader."""
 
-    async def open_range(
+    def open_range(
         self, url: str, start: int, end: int, etag: str | None
-    ) -> tuple[ObjectInfo, AsyncIterator]:
-        """Start a GET of bytes ``[start, end)``; returns the object info and a chunk stream."""
+    ) -> tuple[ObjectInfo, Body]:
+        """Start a GET of bytes ``[start, end)``; returns the object info and the body."""
 
     def is_permanent(self, exc: BaseException) -> bool:
         """Whether retrying after ``exc`` is pointless."""
@@ -87,153 +100,176 @@ def backoff_delay(attempt: int, cfg: TransferConfig) -> float:
     return random.uniform(0, min(cfg.max_backoff, cfg.backoff * 2**attempt))
 
 
-async def download(
+class _Aborted(Exception):
+    """Another part of the same object failed; stop quietly."""
+
+
+def download(
     source: RangeSource,
     url: str,
     dest: str,
+    final: str,
     cfg: TransferConfig,
     *,
-    requests: asyncio.Semaphore,
-    on_size: Callable[[ObjectInfo], Awaitable[None]] | None = None,
+    parts: Executor,
+    on_size: Callable[[ObjectInfo], None] | None = None,
     on_bytes: Callable[[int], None] | None = None,
 ) -> ObjectInfo:
-    """Download ``url`` into the new file ``dest``; return its info with checksum.
+    """Download ``url`` into the new temp file ``dest``, then rename it to ``final``.
 
-    ``on_size`` is awaited once the size is known and before any byte is
-    written (the cache makes room there).  On any error ``dest`` is removed.
+    Parts of large objects run on the ``parts`` executor.  ``on_size`` is
+    called once the size is known and before any byte is written (the cache
+    makes room there).  On any error ``dest`` is removed.  Returns the
+    object's info with its checksum.
     """
-    loop = asyncio.get_running_loop()
-    async with requests:
-        info, first = await _with_retries(
-            lambda: source.open_range(url, 0, cfg.part_size, None), source, url, cfg
-        )
+    info, first = _with_retries(
+        lambda: source.open_range(url, 0, cfg.part_size, None), source, url, cfg
+    )
     if on_size is not None:
-        await on_size(info)
+        on_size(info)
     if info.size <= cfg.part_size:
-        return await _download_small(source, url, dest, info, first, cfg, requests, on_bytes)
+        return _download_small(source, url, dest, final, info, first, cfg, on_bytes)
+
     fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    failed = threading.Event()
     try:
         try:
-            await loop.run_in_executor(None, os.posix_fallocate, fd, 0, info.size)
+            os.posix_fallocate(fd, 0, info.size)
         except OSError as exc:
             if exc.errno == errno.ENOSPC:
                 raise _disk_full(url, info.size) from None
             if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
                 raise
 
-        streams = asyncio.Semaphore(cfg.streams)
-
-        async def fetch(index: int, start: int, end: int) -> bytes:
+        def fetch(start: int, end: int, body: Body | None) -> bytes:
             hasher = checksum.new_part_hasher()
 
-            async def write(chunk, offset: int) -> None:
-                await loop.run_in_executor(None, _pwrite, fd, chunk, offset, hasher)
+            def write(chunk, offset: int) -> None:
+                if failed.is_set():
+                    raise _Aborted
+                _pwrite(fd, chunk, offset, hasher)
 
-            async with streams, requests:
-                stream = first if index == 0 else None
-                await _copy_part(source, url, start, end, info, stream, cfg, write, on_bytes)
+            _copy_part(source, url, start, end, info, body, cfg, write, on_bytes)
             return hasher.digest()
 
-        parts = plan_parts(info.size, cfg.part_size)
-        tasks = [asyncio.ensure_future(fetch(i, s, e)) for i, (s, e) in enumerate(parts)]
-        try:
-            digests = await asyncio.gather(*tasks)
-        except BaseException:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            raise
+        futures = [
+            parts.submit(fetch, start, end, first if i == 0 else None)
+            for i, (start, end) in enumerate(plan_parts(info.size, cfg.part_size))
+        ]
+        done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+        errors = [f.exception() for f in done if f.exception() is not None]
+        if errors:
+            failed.set()
+            for future in futures:
+                future.cancel()
+            wait(futures)
+            raise errors[0]
+        digests = [f.result() for f in futures]
     except BaseException:
+        failed.set()
         os.close(fd)
         remove_file(dest)
         raise
     os.close(fd)
+    _move_into_place(dest, final)
     return ObjectInfo(info.size, info.etag, info.version, checksum.combine(cfg.part_size, digests))
 
 
-async def _download_small(source, url, dest, info, first, cfg, requests, on_bytes) -> ObjectInfo:
-    """One part: gather it in memory, then write and hash it in one thread hop.
+def _download_small(source, url, dest, final, info, first, cfg, on_bytes) -> ObjectInfo:
+    """One part: read it whole, then write, hash and rename it."""
+    bodies = [first]
 
-    Hashing happens off the event loop: the hash function releases the GIL,
-    and taking it back on the loop thread can cost a whole switch interval.
-    """
-    chunks: list = []
+    def read():
+        body = bodies.pop() if bodies else None
+        if body is None:
+            _, body = source.open_range(url, 0, cfg.part_size, info.etag)
+        data = body.read()
+        if len(data) != info.size:
+            raise ConnectionError(f"got {len(data)} bytes, expected {info.size}")
+        return data
 
-    async def keep(chunk, offset: int) -> None:
-        chunks.append(chunk)  # a resumed stream continues at the end of what was kept
-
-    async with requests:
-        await _copy_part(source, url, 0, info.size, info, first, cfg, keep, on_bytes)
+    data = _with_retries(read, source, url, cfg)
     try:
-        digest = await asyncio.get_running_loop().run_in_executor(None, _write_file, dest, chunks)
+        digest = _write_file(dest, final, data)
     except OSError as exc:
         remove_file(dest)
         if exc.errno == errno.ENOSPC:
             raise _disk_full(url, info.size) from None
         raise
+    if on_bytes is not None:
+        on_bytes(info.size)
     return ObjectInfo(info.size, info.etag, info.version, checksum.combine(cfg.part_size, [digest]))
 
 
-async def _copy_part(source, url, start, end, info, stream, cfg, write, on_bytes) -> None:
+def _copy_part(source, url, start, end, info, body, cfg, write, on_bytes) -> None:
     """Stream bytes ``[start, end)`` to ``write(chunk, offset)``, resuming after failures."""
     offset = start
     attempt = 0
     while True:
         try:
-            if stream is None:
-                _, stream = await source.open_range(url, offset, end, info.etag)
-            async for chunk in stream:
+            if body is None:
+                _, body = source.open_range(url, offset, end, info.etag)
+            for chunk in body.chunks():
                 n = len(chunk)
                 if offset + n > end:
                     raise TransferError(f"the server sent more bytes than asked for {url}")
-                await write(chunk, offset)
+                write(chunk, offset)
                 offset += n
                 if on_bytes is not None:
                     on_bytes(n)
             if offset != end:
                 raise ConnectionError(f"stream ended at byte {offset}, expected {end}")
             return
-        except asyncio.CancelledError:
-            raise
-        except StagingError:
+        except (StagingError, _Aborted):
             raise
         except Exception as exc:
             if getattr(exc, "errno", None) == errno.ENOSPC:
                 raise _disk_full(url, info.size) from None
             if source.is_permanent(exc) or attempt >= cfg.retries:
                 raise source.translate(exc, url) from None
-            stream = None
-            await asyncio.sleep(backoff_delay(attempt, cfg))
+            body = None
+            time.sleep(backoff_delay(attempt, cfg))
             attempt += 1
 
 
-async def _with_retries(make, source, url, cfg):
+def _with_retries(make, source, url, cfg):
     attempt = 0
     while True:
         try:
-            return await make()
-        except asyncio.CancelledError:
+            return make()
+        except StagingError:
             raise
         except Exception as exc:
             if source.is_permanent(exc) or attempt >= cfg.retries:
                 raise source.translate(exc, url) from None
-            await asyncio.sleep(backoff_delay(attempt, cfg))
+            time.sleep(backoff_delay(attempt, cfg))
             attempt += 1
 
 
-def _write_file(dest: str, chunks: list) -> bytes:
-    """Write ``chunks`` to the new file ``dest``; returns their part digest."""
+def _write_file(dest: str, final: str, data) -> bytes:
+    """Write ``data`` to the new file ``dest``, rename it to ``final``; return the digest."""
     hasher = checksum.new_part_hasher()
+    hasher.update(data)
     fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
-        for chunk in chunks:
-            hasher.update(chunk)
-            view = memoryview(chunk)
-            while view:
-                view = view[os.write(fd, view) :]
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
     finally:
         os.close(fd)
+    _move_into_place(dest, final)
     return hasher.digest()
+
+
+def _move_into_place(temp: str, final: str) -> None:
+    """Atomically publish ``temp`` as ``final``, creating its directory on first use."""
+    try:
+        os.replace(temp, final)
+    except FileNotFoundError:
+        if not os.path.exists(temp):
+            raise
+        os.makedirs(os.path.dirname(final), mode=0o700, exist_ok=True)
+        os.replace(temp, final)
 
 
 def _pwrite(fd: int, chunk, offset: int, hasher) -> None:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from dask.utils import parse_bytes
-from fsspec.asyn import get_loop, sync
 from fsspec.callbacks import Callback, NoOpCallback
 
 from dask_staging import layout
@@ -57,14 +56,10 @@ def stage_out(
     callback = callback or NoOpCallback()
     callback.set_size(sum(path.stat().st_size for path, _ in plan))
 
-    async def run() -> None:
-        slots = asyncio.Semaphore(files)
+    def one(item: tuple[Path, str]) -> None:
+        path, target = item
+        engine.put_file(path, target, part_size=part, streams=streams)
+        callback.relative_update(path.stat().st_size)
 
-        async def one(path: Path, target: str) -> None:
-            async with slots:
-                await engine.put_file(path, target, part_size=part, streams=streams)
-                callback.relative_update(path.stat().st_size)
-
-        await asyncio.gather(*(one(p, t) for p, t in plan))
-
-    sync(get_loop(), run)
+    with ThreadPoolExecutor(max(1, min(files, len(plan))), "staging-upload") as pool:
+        list(pool.map(one, plan))

@@ -46,7 +46,7 @@ def test_normalize_url_rejects_bad_urls(url):
 def test_no_key_escapes_the_root(tmp_path, key):
     url = layout.normalize_url(f"s3://bucket/{key}")
     rel = layout.relative_path(url)
-    path = layout.inside(tmp_path, rel)
+    path = Path(layout.inside(tmp_path, rel))
     assert tmp_path in path.parents
     assert rel.startswith("data/") and ".." not in rel and "\\" not in rel
 

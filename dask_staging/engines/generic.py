@@ -1,12 +1,11 @@
 """Any other fsspec filesystem (GCS, Azure, HTTP, local files, memory, ...).
 
-Ranged reads are ``cat_file(path, start, end)`` calls run in threads, so the
+Ranged reads are ``cat_file(path, start, end)`` calls, so the
 same multi-stream downloader serves every protocol fsspec knows.
 """
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,22 @@ from dask_staging.errors import (
     TransferError,
 )
 from dask_staging.transfer import ObjectInfo
+
+
+class _Body:
+    """Bytes ``[start, end)`` of a file, read in a thread when asked for."""
+
+    def __init__(self, fs, path: str, start: int, end: int):
+        self.fs, self.path, self.start, self.end = fs, path, start, end
+
+    def read(self) -> bytes:
+        if self.end <= self.start:
+            return b""
+        return self.fs.cat_file(self.path, self.start, self.end)
+
+    def chunks(self):
+        data = self.read()
+        return [data] if data else []
 
 
 class FsspecEngine:
@@ -41,27 +56,21 @@ class FsspecEngine:
             etag = f"mtime:{info['mtime']}"
         return ObjectInfo(size=int(info["size"]), etag=etag)
 
-    async def open_range(self, url: str, start: int, end: int, etag: str | None):
-        info = await asyncio.to_thread(self._info, url)
+    def open_range(self, url: str, start: int, end: int, etag: str | None):
+        info = self._info(url)
         if etag is not None and info.etag != etag:
             raise FileExistsError(f"{url} changed during the transfer")
-        end = min(end, info.size)
+        return info, _Body(self.fs, self._path(url), start, min(end, info.size))
 
-        async def chunks():
-            if end > start:
-                yield await asyncio.to_thread(self.fs.cat_file, self._path(url), start, end)
-
-        return info, chunks()
-
-    async def head(self, url: str) -> ObjectInfo:
+    def head(self, url: str) -> ObjectInfo:
         try:
-            return await asyncio.to_thread(self._info, url)
+            return self._info(url)
         except Exception as exc:
             raise self.translate(exc, url) from None
 
-    async def put_file(self, local: Path, url: str, *, part_size: int, streams: int) -> None:
+    def put_file(self, local: Path, url: str, *, part_size: int, streams: int) -> None:
         try:
-            await asyncio.to_thread(self.fs.put_file, str(local), self._path(url))
+            self.fs.put_file(str(local), self._path(url))
         except Exception as exc:
             raise self.translate(exc, url) from None
 

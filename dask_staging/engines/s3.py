@@ -99,32 +99,32 @@ class S3Engine:
                 self._stores[bucket] = store
             return store
 
-    async def open_range(self, url: str, start: int, end: int, etag: str | None):
+    def open_range(self, url: str, start: int, end: int, etag: str | None):
         bucket, key = split_url(url)
         store = self.store(bucket)
         options: dict[str, Any] = {"range": (start, end)}
         if etag:
             options["if_match"] = etag
         try:
-            result = await obstore.get_async(store, key, options=options)
+            result = obstore.get(store, key, options=options)
         except obx.GenericError as exc:
             if start == 0 and "416" in str(exc):  # an empty object has no byte 0
-                result = await obstore.get_async(store, key)
+                result = obstore.get(store, key)
             else:
                 raise
-        return _info(result.meta), result.stream(min_chunk_size=8 << 20)
+        return _info(result.meta), _Body(result)
 
-    async def head(self, url: str) -> ObjectInfo:
+    def head(self, url: str) -> ObjectInfo:
         bucket, key = split_url(url)
         try:
-            return _info(await obstore.head_async(self.store(bucket), key))
+            return _info(obstore.head(self.store(bucket), key))
         except Exception as exc:
             raise self.translate(exc, url) from None
 
-    async def put_file(self, local: Path, url: str, *, part_size: int, streams: int) -> None:
+    def put_file(self, local: Path, url: str, *, part_size: int, streams: int) -> None:
         bucket, key = split_url(url)
         try:
-            await obstore.put_async(
+            obstore.put(
                 self.store(bucket),
                 key,
                 local,
@@ -184,6 +184,21 @@ def _first_clause(text: str) -> str:
     if "timed out" in text.lower() or "TimedOut" in text:
         return "timed out"
     return text.split(":", 1)[0][:120]
+
+
+class _Body:
+    """An obstore GET result, read in chunks or whole."""
+
+    __slots__ = ("result",)
+
+    def __init__(self, result):
+        self.result = result
+
+    def chunks(self):
+        return self.result.stream(min_chunk_size=8 << 20)
+
+    def read(self):
+        return self.result.bytes()
 
 
 def _info(meta) -> ObjectInfo:
