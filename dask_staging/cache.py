@@ -635,6 +635,9 @@ def _make_root(root: str | os.PathLike) -> Path:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
         for sub in (layout.DATA, layout.TMP):
             (path / sub).mkdir(mode=0o700, exist_ok=True)
+        if len(os.listdir(path / layout.DATA)) < len(layout.FANOUT):
+            for sub in layout.FANOUT:
+                (path / sub).mkdir(mode=0o700, exist_ok=True)
     except OSError as exc:
         raise StagingError(f"cannot create the cache root {path}: {exc.strerror}") from None
     if not os.access(path, os.W_OK | os.X_OK):

@@ -1,9 +1,10 @@
 """Where a URL's file lives inside the cache root.
 
-Names are a hash of the normalised URL, fanned out over two levels of
-subdirectories, so no remote key (``../``, absolute paths, unicode look-alikes,
-NUL bytes) can choose a path.  A short sanitised suffix of the key is kept so
-that readers that dispatch on the file extension (xarray, pandas) still work.
+Names are a hash of the normalised URL, fanned out over 256 subdirectories
+(made once with the root, so publishing a file is one rename), so no remote
+key (``../``, absolute paths, unicode look-alikes, NUL bytes) can choose a
+path.  A short sanitised suffix of the key is kept so that readers that
+dispatch on the file extension (xarray, pandas) still work.
 """
 
 from __future__ import annotations
@@ -45,7 +46,10 @@ def relative_path(url: str) -> str:
     digest = url_hash(url)
     match = _SUFFIX.search(url.rsplit("/", 1)[-1])
     suffix = "." + match.group(1).lower() if match else ""
-    return f"{DATA}/{digest[:2]}/{digest[2:4]}/{digest}{suffix}"
+    return f"{DATA}/{digest[:2]}/{digest}{suffix}"
+
+
+FANOUT = [f"{DATA}/{i:02x}" for i in range(256)]
 
 
 def temp_path(url: str) -> str:
