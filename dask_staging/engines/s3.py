@@ -26,6 +26,9 @@ from dask_staging.errors import (
 )
 from dask_staging.transfer import ObjectInfo
 
+# Bytes handed to the writer at a time.  Measured on a 1 GiB object: 256 KiB gives
+# 3.3 GB/s, 1-8 MiB 1.9-2.3 GB/s (larger chunks cost obstore a concatenating copy).
+CHUNK_SIZE = 256 << 10
 _CODE = re.compile(r"<Code>(\w+)</Code>")
 _STATUS = re.compile(r"status code: (\d{3}[^:<]*)")
 
@@ -195,7 +198,7 @@ class _Body:
         self.result = result
 
     def chunks(self):
-        return self.result.stream(min_chunk_size=8 << 20)
+        return self.result.stream(min_chunk_size=CHUNK_SIZE)
 
     def read(self):
         return self.result.bytes()
