@@ -5,8 +5,9 @@ Run with the services up (``make bench`` does both)::
     scripts/services.sh up && eval "$(scripts/services.sh env)"
     .venv/bin/python benchmarks/bench_transfers.py [--rounds 3]
 
-Every contender downloads into the same local file system; the median of the
-rounds is reported, with the ratio to s5cmd.  s5cmd runs as a subprocess (its
+Every contender downloads into the same local file system; contenders take
+turns within each round and the median of the rounds is reported, with the
+ratio to s5cmd.  s5cmd runs as a subprocess (its
 time includes its ~10 ms start-up); the cache is timed in-process.
 """
 
@@ -139,6 +140,15 @@ def s3fs_once(work: Path, path: str, endpoint: str, **kwargs) -> float:
     return elapsed
 
 
+def interleaved(rounds: int, contenders: dict) -> dict[str, float]:
+    """Median time of each contender, running them in turn within every round."""
+    times: dict[str, list[float]] = {name: [] for name in contenders}
+    for _ in range(rounds):
+        for name, fn in contenders.items():
+            times[name].append(fn())
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
 def median_of(rounds: int, fn) -> float:
     return statistics.median(fn() for _ in range(rounds))
 
@@ -185,7 +195,7 @@ def bench_hit(work: Path) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--work", default=os.environ.get("BENCH_DIR"))
     args = parser.parse_args()
     os.environ.update(AWS_ACCESS_KEY_ID=USER, AWS_SECRET_ACCESS_KEY=PASSWORD,
@@ -199,31 +209,30 @@ def main() -> int:
 
     big = [f"s3://{BUCKET}/big/1GiB.bin"]
     gb = 1024 * MiB / 1e9
-    t = {
-        "s5cmd": median_of(r, lambda: s5cmd_once(work, big[0], ENDPOINT)),
-        "dask_staging": median_of(r, lambda: cache_once(work, big, ENDPOINT)),
-        "s3fs get_file": median_of(r, lambda: s3fs_once(work, f"{BUCKET}/big/1GiB.bin", ENDPOINT)),
-    }
+    t = interleaved(r, {
+        "s5cmd": lambda: s5cmd_once(work, big[0], ENDPOINT),
+        "dask_staging": lambda: cache_once(work, big, ENDPOINT),
+        "s3fs get_file": lambda: s3fs_once(work, f"{BUCKET}/big/1GiB.bin", ENDPOINT),
+    })  # fmt: skip
     results["1 GiB object (GB/s)"] = {k: gb / v for k, v in t.items()}
 
     small = [f"s3://{BUCKET}/small/obj-{i:04d}" for i in range(1000)]
-    t = {
-        "s5cmd": median_of(r, lambda: s5cmd_once(work, f"s3://{BUCKET}/small/*", ENDPOINT)),
-        "dask_staging": median_of(r, lambda: cache_once(work, small, ENDPOINT)),
-        "s3fs get": median_of(r, lambda: s3fs_once(work, f"{BUCKET}/small/", ENDPOINT)),
-    }
+    t = interleaved(r, {
+        "s5cmd": lambda: s5cmd_once(work, f"s3://{BUCKET}/small/*", ENDPOINT),
+        "dask_staging": lambda: cache_once(work, small, ENDPOINT),
+        "s3fs get": lambda: s3fs_once(work, f"{BUCKET}/small/", ENDPOINT),
+    })  # fmt: skip
     results["1000 x 256 KiB (objects/s)"] = {k: 1000 / v for k, v in t.items()}
 
     slow = toxic_proxy(latency_ms=10, rate_kbs=50_000)
     mid = [f"s3://{BUCKET}/mid/256MiB.bin"]
     mb = 256 * MiB / 1e6
-    t = {
-        "s5cmd 16 streams": median_of(r, lambda: s5cmd_once_streams(work, mid[0], slow, 16)),
-        "dask_staging 16 streams": median_of(
-            r, lambda: cache_once(work, mid, slow, streams=16, part_size=8 * MiB)
-        ),
-        "dask_staging 1 stream": median_of(1, lambda: cache_once(work, mid, slow, streams=1)),
-    }
+    t = interleaved(r, {
+        "s5cmd 16 streams": lambda: s5cmd_once_streams(work, mid[0], slow, 16),
+        "dask_staging 16 streams": lambda: cache_once(work, mid, slow, streams=16,
+                                                      part_size=8 * MiB),
+    })  # fmt: skip
+    t["dask_staging 1 stream"] = cache_once(work, mid, slow, streams=1)  # ~5.5 s, once
     results["256 MiB via 10 ms / 50 MB/s per connection (MB/s)"] = {k: mb / v for k, v in t.items()}
 
     results["cache hit"] = bench_hit(work)

@@ -141,6 +141,8 @@ class Cache:
         self._engines: dict[str, Any] = {}
         self._object_pool: ThreadPoolExecutor | None = None
         self._part_pool: ThreadPoolExecutor | None = None
+        self._pool_pid = os.getpid()
+        self._engines_pid = os.getpid()
         self._lock = threading.Lock()
         self._touches: dict[str, tuple[float, int]] = {}
         self._last_flush = time.monotonic()
@@ -321,9 +323,10 @@ class Cache:
     def _pools(self) -> tuple[ThreadPoolExecutor, ThreadPoolExecutor]:
         """Threads for whole objects and for parts of large ones, made on first use."""
         with self._lock:
-            if self._object_pool is None:
+            if self._object_pool is None or self._pool_pid != os.getpid():  # new, or forked
                 self._object_pool = ThreadPoolExecutor(self.transfers, "staging-object")
                 self._part_pool = ThreadPoolExecutor(self.config.streams, "staging-part")
+                self._pool_pid = os.getpid()
             return self._object_pool, self._part_pool
 
     def _stage_missing(self, keys: list[str], callback: Callback) -> dict[str, str]:
@@ -489,6 +492,9 @@ class Cache:
     def _engine(self, url: str):
         protocol = url.split("://", 1)[0]
         with self._lock:
+            if self._engines_pid != os.getpid():  # forked: the parent's engines may not work
+                self._engines.clear()
+                self._engines_pid = os.getpid()
             engine = self._engines.get(protocol)
             if engine is None:
                 engine = engine_for(protocol, self.storage_options.get(protocol, {}))

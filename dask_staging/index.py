@@ -9,7 +9,9 @@ another host when its lease runs out.
 
 from __future__ import annotations
 
+import os
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -102,9 +104,17 @@ class CacheIndex:
     def __init__(self, url: str, *, lease: float = 60.0):
         self.url = url
         self.lease = lease
-        self.owner = owners.current_owner()
+        self._owner = (os.getpid(), owners.current_owner())
         self.engine = _create_engine(url)
         self._create_schema()
+
+    @property
+    def owner(self) -> str:
+        """This process's owner id (recomputed in a forked child)."""
+        pid, owner = self._owner
+        if pid != os.getpid():
+            self._owner = pid, owner = os.getpid(), owners.current_owner()
+        return owner
 
     @classmethod
     def for_root(cls, root: Path, url: str | None = None, **kwargs) -> CacheIndex:
@@ -436,6 +446,19 @@ def _insert_for(dialect: str):
 
 
 def _create_engine(url: str) -> sa.Engine:
+    engine = _new_engine(url)
+    ref = weakref.ref(engine)
+
+    def _after_fork() -> None:  # a child must not share the parent's connections
+        child_engine = ref()
+        if child_engine is not None:
+            child_engine.dispose(close=False)
+
+    os.register_at_fork(after_in_child=_after_fork)
+    return engine
+
+
+def _new_engine(url: str) -> sa.Engine:
     if url.startswith("sqlite"):
         engine = sa.create_engine(url, connect_args={"timeout": 60, "check_same_thread": False})
 

@@ -23,3 +23,10 @@ def slow_get(root, url, endpoint):
 
     cache = Cache(root, part_size=1 << 20, streams=2, s3={"endpoint_url": endpoint})
     cache.get(url)
+
+
+def get_in_forked_child(cache, url, results):
+    """Use a Cache inherited through fork (its pools and connections are the parent's)."""
+    path = cache.get(url)
+    with open(path, "rb") as f:
+        results.put(hashlib.sha256(f.read()).hexdigest())

@@ -263,3 +263,18 @@ def test_unwritable_root_is_a_clear_error(tmp_path):
     blocker.write_text("")
     with pytest.raises(StagingError, match="cannot create the cache root"):
         Cache(blocker / "cache")
+
+
+def test_a_forked_child_can_use_its_parents_cache(put, cache_root):
+    big = os.urandom(3 * MiB)
+    first, second = put("f1", b"parent"), put("f2.bin", big)
+    cache = Cache(cache_root, part_size=MiB)
+    cache.get(first)  # thread pools, S3 client and index connections now exist
+    ctx = multiprocessing.get_context("fork")
+    results = ctx.Queue()
+    child = ctx.Process(target=_workers.get_in_forked_child, args=(cache, second, results))
+    child.start()
+    assert results.get(timeout=60) == sha(big)
+    child.join(30)
+    assert child.exitcode == 0
+    assert read(cache.get(second)) == big

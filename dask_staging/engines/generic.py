@@ -29,7 +29,7 @@ class _Body:
     def read(self) -> bytes:
         if self.end <= self.start:
             return b""
-        return self.fs.cat_file(self.path, self.start, self.end)
+        return self.fs.cat_file(self.path, start=self.start, end=self.end)
 
     def chunks(self):
         data = self.read()

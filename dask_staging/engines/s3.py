@@ -33,6 +33,14 @@ _CODE = re.compile(r"<Code>(\w+)</Code>")
 _STATUS = re.compile(r"status code: (\d{3}[^:<]*)")
 
 
+_started_in: int | None = None  # pid of the process whose obstore runtime is running
+
+
+def usable_here() -> bool:
+    """False in a child forked after obstore started: its runtime threads are gone."""
+    return _started_in is None or _started_in == os.getpid()
+
+
 def split_url(url: str) -> tuple[str, str]:
     """``s3://bucket/key`` → ``("bucket", "key")``."""
     rest = url.split("://", 1)[-1]
@@ -89,7 +97,12 @@ class S3Engine:
         self._lock = threading.Lock()
 
     def store(self, bucket: str) -> S3Store:
+        store = self._stores.get(bucket)
+        if store is not None:
+            return store
+        global _started_in
         with self._lock:
+            _started_in = _started_in or os.getpid()
             store = self._stores.get(bucket)
             if store is None:
                 store = S3Store(
