@@ -13,6 +13,18 @@ from dask_staging.errors import (
 )
 from dask_staging.upload import stage_out
 
+
+def write_table(source, db_url, table, *, mode="append", writers=4, batch_rows=None) -> int:
+    """Load a Parquet/CSV path, Arrow table or DataFrame into a database table.
+
+    See :func:`dask_staging.sql.write_table`; imported lazily so that the
+    cache works without pyarrow and database drivers installed.
+    """
+    from dask_staging.sql import write_table as _write_table
+
+    return _write_table(source, db_url, table, mode=mode, writers=writers, batch_rows=batch_rows)
+
+
 __all__ = [
     "Cache",
     "CacheFullError",
@@ -24,4 +36,5 @@ __all__ = [
     "StagingError",
     "TransferError",
     "stage_out",
+    "write_table",
 ]

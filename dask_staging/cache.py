@@ -15,7 +15,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
 from pathlib import Path
@@ -175,6 +175,71 @@ class Cache:
             found.update(self._stage_missing(missing, callback or NoOpCallback()))
         return {url: found[key] for url, key in keys.items()}
 
+    def stage_query(
+        self,
+        db_url: str,
+        query: str,
+        *,
+        partition_on: str | None = None,
+        partitions: int | None = None,
+        params: tuple | dict | None = None,
+        ttl: float | None = None,
+        version_query: str | None = None,
+        allow_empty: bool = False,
+        compression: str = "none",
+    ) -> str:
+        """Stage the result of ``query`` as Parquet; returns the local path.
+
+        The path is a Parquet file, or a directory of ``part-NNNN.parquet``
+        files when ``partition_on`` (a numeric column) and ``partitions`` > 1
+        are given: key ranges are then read over that many connections at once.
+        The cache key is the database URL without its password, the query, its
+        ``params`` and, with ``version_query`` (e.g. ``SELECT max(updated_at)
+        FROM t``), that query's current value.  ``ttl`` re-runs a query whose
+        cached result is older than this many seconds.  ``params`` go to the
+        driver with its own placeholders (``$1`` for PostgreSQL, ``?`` or
+        ``:name`` for SQLite).
+
+        Examples
+        --------
+        >>> path = cache.stage_query("postgresql://u@db/x", "SELECT * FROM runs")  # doctest: +SKIP
+        >>> df = pandas.read_parquet(path)  # doctest: +SKIP
+        """
+        from dask_staging import sql
+
+        version = sql.scalar(db_url, version_query) if version_query else None
+        partitioned = bool(partition_on) and (partitions or 0) > 1
+        shape = [partition_on, partitions, compression] if partitioned else [compression]
+        key = sql.query_key(db_url, query, params, version, shape)
+        path = self._hit(key)
+        if path is not None:
+            entry = self.index.lookup(key)
+            if ttl is None or time.time() - (entry.validated or 0) < ttl:
+                return path
+
+        def produce(key: str, rel: str, tmp: str, progress) -> tuple[dict, str]:
+            final = self._path(rel)
+            temp = self._path(tmp)
+            try:
+                sql.export_query(
+                    db_url, query, temp,
+                    partition_on=partition_on if partitioned else None,
+                    partitions=partitions, allow_empty=allow_empty, compression=compression,
+                    params=params,
+                )  # fmt: skip
+                size = checksum.tree_size(temp)
+                digest = checksum.path_checksum(temp, self.config.part_size)
+                _replace_tree(temp, final)
+            except BaseException:
+                remove_file(temp)
+                self.index.release(key)
+                raise
+            record = {"url": key, "size": size, "version": _text(version), "checksum": digest}
+            return record, final
+
+        refresh = {key} if path is not None else set()
+        return self._stage_missing([key], NoOpCallback(), produce=produce, refresh=refresh)[key]
+
     def contains(self, url: str) -> bool:
         """Whether a complete copy of ``url`` is cached (no download, no access recorded)."""
         entry = self.index.lookup(layout.normalize_url(url))
@@ -236,10 +301,10 @@ class Cache:
         for entry in self.index.entries():
             path = self._file(entry)
             try:
-                ok = path.stat().st_size == entry.size
+                ok = checksum.tree_size(str(path)) == entry.size
                 if ok and entry.checksum:
                     part = checksum.part_size_of(entry.checksum)
-                    ok = checksum.file_checksum(str(path), part) == entry.checksum
+                    ok = checksum.path_checksum(str(path), part) == entry.checksum
             except FileNotFoundError:
                 ok = False
             if not ok:
@@ -329,12 +394,26 @@ class Cache:
                 self._pool_pid = os.getpid()
             return self._object_pool, self._part_pool
 
-    def _stage_missing(self, keys: list[str], callback: Callback) -> dict[str, str]:
-        """Download what is missing, wait for what others download; ``{key: path}``."""
+    def _stage_missing(
+        self,
+        keys: list[str],
+        callback: Callback,
+        *,
+        produce: Callable | None = None,
+        refresh: set[str] | None = None,
+    ) -> dict[str, str]:
+        """Make what is missing, wait for what others make; ``{key: path}``.
+
+        ``produce(key, rel, tmp, progress) -> (record, path)`` makes one entry
+        (default: download the URL); ``refresh`` forces keys to be made again
+        (default: the ones whose remote copy changed).
+        """
         results: dict[str, str] = {}
         progress = _Progress(callback)
         objects, _ = self._pools()
-        refresh = self._stale(keys, results)
+        produce = produce or self._download
+        if refresh is None:
+            refresh = self._stale(keys, results)
         waiting = [k for k in keys if k not in results]
         delay = 0.01
         with self._heartbeat():
@@ -348,7 +427,7 @@ class Cache:
                         results[key] = str(self._file(claim.entry))
                         self._touch(key)
                     elif claim.status == "claimed":
-                        ours.append(objects.submit(self._download, key, rel, tmp, progress))
+                        ours.append(objects.submit(produce, key, rel, tmp, progress))
                     else:
                         waiting.append(key)
                 refresh = set()
@@ -661,6 +740,21 @@ def _flush_and_close(index: CacheIndex, touches: dict) -> None:
         touches.clear()
     finally:
         index.close()
+
+
+def _replace_tree(temp: str, final: str) -> None:
+    """Publish ``temp`` (a file or directory) as ``final``, replacing an older copy."""
+    if os.path.isdir(temp) and os.path.exists(final):
+        old = f"{final}.old-{os.getpid()}"
+        os.replace(final, old)
+        os.replace(temp, final)
+        remove_file(old)
+    else:
+        os.replace(temp, final)
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
 
 
 def _as_bytes(value: int | str) -> int:

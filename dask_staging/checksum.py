@@ -9,7 +9,9 @@ checksum is the XXH3-128 of the concatenated part digests, written as
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
+from pathlib import Path
 
 import xxhash
 
@@ -50,3 +52,21 @@ def file_checksum(path: str, part_size: int, block: int = 8 << 20) -> str:
     if not digests:  # an empty file is one empty part
         digests.append(new_part_hasher().digest())
     return combine(part_size, digests)
+
+
+def tree_size(path: str) -> int:
+    """Bytes in a file, or in all files under a directory."""
+    if not os.path.isdir(path):
+        return os.path.getsize(path)
+    return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
+
+
+def path_checksum(path: str, part_size: int) -> str:
+    """:func:`file_checksum` of a file; for a directory, one over its files' checksums."""
+    if not os.path.isdir(path):
+        return file_checksum(path, part_size)
+    files = sorted(p for p in Path(path).rglob("*") if p.is_file())
+    listing = "\n".join(
+        f"{p.relative_to(path).as_posix()} {file_checksum(str(p), part_size)}" for p in files
+    )
+    return f"{ALGORITHM}:{part_size}:{xxhash.xxh3_128(listing.encode()).hexdigest()}"

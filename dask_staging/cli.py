@@ -30,6 +30,8 @@ examples:
   dask-staging ls --json
   dask-staging evict --to-bytes 50GiB
   dask-staging out results/ s3://bucket/run-42/
+  dask-staging query postgresql://me@db/prod "SELECT * FROM runs" --partition-on id --partitions 4
+  dask-staging out results.parquet postgresql://me@db/prod --table summaries --mode create
 """
 
 
@@ -77,11 +79,28 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("verify", parents=[common], help="re-check sizes and checksums")
     p.add_argument("--remove", action="store_true", help="drop entries that fail the check")
 
-    p = sub.add_parser("out", parents=[common], help="upload a local file or directory")
+    p = sub.add_parser(
+        "query", parents=[common], help="stage a SQL query's result as Parquet, print its path"
+    )
+    p.add_argument("db_url", metavar="DB_URL", help="SQLAlchemy URL, e.g. postgresql://u@host/db")
+    p.add_argument("sql", metavar="SQL")
+    p.add_argument("--partition-on", help="numeric column to split the read on")
+    p.add_argument("--partitions", type=int, default=None, help="connections / output files")
+    p.add_argument("--ttl", type=float, default=None, help="re-run if older than this (seconds)")
+    p.add_argument("--version-query", help="SQL whose value is part of the cache key")
+    p.add_argument("--allow-empty", action="store_true", help="cache an empty result")
+
+    p = sub.add_parser(
+        "out", parents=[common], help="upload a file or directory to S3, or load it into a table"
+    )
     p.add_argument("local", metavar="LOCAL")
-    p.add_argument("url", metavar="URL")
+    p.add_argument("url", metavar="URL", help="s3://bucket/prefix, or a database URL with --table")
     p.add_argument("--streams", type=int, default=8, help="parts in flight per file (default 8)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.add_argument("--table", help="target table when URL is a database")
+    p.add_argument("--mode", choices=["append", "replace", "create"], default="append")
+    p.add_argument("--writers", type=int, default=4, help="parallel database connections")
+    p.add_argument("--batch-rows", type=int, default=None, help="rows per batch")
     return parser
 
 
@@ -118,7 +137,16 @@ def _when(ts: float) -> str:
 
 
 def run(args) -> int:
+    if args.command == "out" and args.table:
+        from dask_staging.sql import write_table
+
+        rows = write_table(args.local, args.url, args.table, mode=args.mode,
+                           writers=args.writers, batch_rows=args.batch_rows)  # fmt: skip
+        _emit(args, {"rows": rows, "table": args.table}, f"wrote {rows} rows to {args.table}")
+        return 0
     if args.command == "out":
+        if "://" in args.url and not args.url.startswith(("s3", "gs", "file", "memory", "az")):
+            raise ValueError(f"{args.url.split('://')[0]} looks like a database: add --table NAME")
         callback = _progress(args)
         stage_out(args.local, args.url, streams=args.streams, callback=callback)
         callback.close()
@@ -212,7 +240,18 @@ def cmd_verify(cache: Cache, args) -> int:
     return 0
 
 
+def cmd_query(cache: Cache, args) -> int:
+    path = cache.stage_query(
+        args.db_url, args.sql,
+        partition_on=args.partition_on, partitions=args.partitions,
+        ttl=args.ttl, version_query=args.version_query, allow_empty=args.allow_empty,
+    )  # fmt: skip
+    _emit(args, {"path": path}, path)
+    return 0
+
+
 COMMANDS = {
+    "query": cmd_query,
     "stage": cmd_stage,
     "ls": cmd_ls,
     "du": cmd_du,

@@ -476,4 +476,7 @@ def _new_engine(url: str) -> sa.Engine:
             conn.exec_driver_sql(f"BEGIN {mode}")
 
         return engine
-    return sa.create_engine(url, pool_pre_ping=True)
+    parsed = sa.engine.make_url(url)
+    if parsed.drivername == "postgresql":  # SQLAlchemy 2.1 would pick psycopg 3
+        parsed = parsed.set(drivername="postgresql+psycopg2")
+    return sa.create_engine(parsed, pool_pre_ping=True)

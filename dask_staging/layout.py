@@ -44,6 +44,8 @@ def url_hash(url: str) -> str:
 def relative_path(url: str) -> str:
     """Path of ``url``'s file relative to the cache root."""
     digest = url_hash(url)
+    if url.startswith("sql+"):  # a staged query result
+        return f"{DATA}/{digest[:2]}/{digest}.parquet"
     match = _SUFFIX.search(url.rsplit("/", 1)[-1])
     suffix = "." + match.group(1).lower() if match else ""
     return f"{DATA}/{digest[:2]}/{digest}{suffix}"

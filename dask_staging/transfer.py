@@ -19,6 +19,7 @@ import contextlib
 import errno
 import os
 import random
+import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -286,6 +287,9 @@ def _disk_full(what: str, size: int) -> DiskFullError:
 
 
 def remove_file(path: str | os.PathLike) -> None:
-    """Delete ``path`` if it exists."""
+    """Delete the file or directory tree ``path`` if it exists."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+        return
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)

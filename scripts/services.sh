@@ -19,6 +19,9 @@ TOXIPROXY_VERSION=v2.5.0
 MINIO_PORT=${MINIO_PORT:-9000}
 TOXIPROXY_PORT=${TOXIPROXY_PORT:-8474}
 TOXIC_S3_PORT=${TOXIC_S3_PORT:-9100}
+PG_PORT=${PG_PORT:-5433}
+PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
+PG_PASSWORD=${PG_PASSWORD:-exa-pg-secret}
 MINIO_USER=${MINIO_USER:-exa-minio}
 MINIO_PASSWORD=${MINIO_PASSWORD:-exa-minio-secret}
 
@@ -73,6 +76,35 @@ up_toxiproxy() {
   log "toxiproxy ready on 127.0.0.1:$TOXIPROXY_PORT"
 }
 
+up_postgres() {
+  # A throwaway PostgreSQL 15 cluster; postgres refuses to run as root.
+  local dir="$state/pg" as=()
+  [ "$(id -u)" = 0 ] && as=(runuser -u postgres --)
+  if [ ! -x "$PG_BIN/initdb" ]; then
+    log "installing PostgreSQL 15 (apt)"; apt-get install -y -q postgresql-15 >/dev/null
+  fi
+  if ! "${as[@]}" "$PG_BIN/pg_ctl" -D "$dir/data" status >/dev/null 2>&1; then
+    rm -rf "$dir"; mkdir -p "$dir/sock"
+    [ "$(id -u)" = 0 ] && chown -R postgres: "$dir"
+    local pwfile="$dir/pw"; echo "$PG_PASSWORD" >"$pwfile"
+    [ "$(id -u)" = 0 ] && chown postgres: "$pwfile"
+    "${as[@]}" "$PG_BIN/initdb" -D "$dir/data" -U postgres --auth=scram-sha-256 \
+      --pwfile="$pwfile" --no-sync >"$dir/initdb.log" 2>&1
+    rm -f "$pwfile"
+    "${as[@]}" "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -o \
+      "-p $PG_PORT -c listen_addresses=127.0.0.1 -k $dir/sock -c fsync=off -c max_connections=200" \
+      start >/dev/null
+  fi
+  log "postgres ready on 127.0.0.1:$PG_PORT"
+}
+
+down_postgres() {
+  local dir="$state/pg" as=()
+  [ "$(id -u)" = 0 ] && as=(runuser -u postgres --)
+  [ -d "$dir/data" ] && "${as[@]}" "$PG_BIN/pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null 2>&1
+  rm -rf "$dir"
+}
+
 stop() {
   local name=$1
   if running "$name"; then
@@ -92,13 +124,15 @@ export EXA_MINIO_PASSWORD=$MINIO_PASSWORD
 export EXA_TOXIPROXY_API=http://127.0.0.1:$TOXIPROXY_PORT
 export EXA_TOXIC_S3_PORT=$TOXIC_S3_PORT
 export EXA_TOOLS=$tools
+export EXA_PG_URL=postgresql://postgres:$PG_PASSWORD@127.0.0.1:$PG_PORT/postgres
 ENV
 }
 
 case "${1:-}" in
-  up) install_all; up_minio; up_toxiproxy ;;
-  down) stop toxiproxy; stop minio; rm -rf "$state/minio-data" ;;
+  up) install_all; up_minio; up_toxiproxy; up_postgres ;;
+  down) stop toxiproxy; stop minio; rm -rf "$state/minio-data"; down_postgres ;;
   env) print_env ;;
-  status) for s in minio toxiproxy; do running $s && echo "$s running" || echo "$s stopped"; done ;;
+  status) for s in minio toxiproxy; do running $s && echo "$s running" || echo "$s stopped"; done
+    [ -f "$state/pg/data/postmaster.pid" ] && echo "postgres running" || echo "postgres stopped" ;;
   *) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

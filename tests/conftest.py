@@ -95,6 +95,49 @@ def get_count(minio):
     return minio_get_count
 
 
+PG_URL = os.environ.get("EXA_PG_URL", "postgresql://postgres:exa-pg-secret@127.0.0.1:5433/postgres")
+
+
+def _pg_ready() -> bool:
+    import psycopg2
+
+    try:
+        psycopg2.connect(PG_URL, connect_timeout=2).close()
+        return True
+    except Exception:
+        return False
+
+
+@pytest.fixture(scope="session")
+def pg_url():
+    """The throwaway PostgreSQL 15 cluster that scripts/services.sh starts."""
+    if not _pg_ready():
+        message = "PostgreSQL is not running; start it with scripts/services.sh up"
+        if IN_CI:
+            pytest.fail(message)
+        pytest.skip(message)
+    return PG_URL
+
+
+@pytest.fixture
+def pg(pg_url):
+    """A psycopg2 connection in autocommit mode, and a unique table-name prefix."""
+    import psycopg2
+
+    conn = psycopg2.connect(pg_url)
+    conn.autocommit = True
+    prefix = f"t_{uuid.uuid4().hex[:8]}"
+    yield conn, prefix
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname='public' AND tablename LIKE %s",
+            (prefix + "%",),
+        )
+        for (name,) in cur.fetchall():
+            cur.execute(f'DROP TABLE IF EXISTS "{name}"')
+    conn.close()
+
+
 @pytest.fixture
 def cache_root(tmp_path):
     return tmp_path / "cache"
