@@ -10,6 +10,7 @@ others wait and then read the same file.
 from __future__ import annotations
 
 import fcntl
+import io
 import logging
 import os
 import threading
@@ -246,12 +247,20 @@ class Cache:
         return entry is not None and entry.state == READY and self._file(entry).exists()
 
     def open(self, url: str) -> BinaryIO:
-        """Open the cached copy of ``url`` for reading; eviction skips it while open."""
+        """Open the cached copy of ``url`` for reading; eviction skips it while open.
+
+        On this host a shared ``flock`` marks the file as in use; with an index
+        shared across hosts a reader row does the same for the other hosts.
+        """
+        key = layout.normalize_url(url)
         for _ in range(3):
-            path = self.get(url)
+            path = self.get(key)
+            reader = self.index.add_reader(key) if self.index.shared else None
             try:
-                f = open(path, "rb")  # noqa: SIM115 - returned to the caller
+                f = _ReaderFile(path, self.index, reader)
             except FileNotFoundError:  # evicted between get() and open()
+                if reader:
+                    self.index.remove_reader(reader)
                 continue
             fcntl.flock(f.fileno(), fcntl.LOCK_SH)
             if os.path.exists(path):
@@ -649,6 +658,9 @@ class Cache:
         """
         held: list[int] = []
         free: list[Entry] = []
+        if self.index.shared:
+            busy = self.index.read_elsewhere([e.url for e in entries])
+            entries = [e for e in entries if e.url not in busy]
         try:
             for entry in entries:
                 try:
@@ -694,6 +706,20 @@ class Cache:
             parsed = layout.parse_temp_name(path.name)
             if parsed and parsed[0] == me and owner.process_start(parsed[1]) is None:
                 remove_file(path)
+
+
+class _ReaderFile(io.BufferedReader):
+    """A cached file opened for reading; closing it drops its reader row."""
+
+    def __init__(self, path: str, index: CacheIndex, reader: str | None):
+        super().__init__(io.FileIO(path, "rb"))
+        self._index, self._reader = index, reader
+
+    def close(self) -> None:
+        if not self.closed and self._reader is not None:
+            reader, self._reader = self._reader, None
+            self._index.remove_reader(reader)
+        super().close()
 
 
 class _Progress:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -44,6 +45,17 @@ entries_table = sa.Table(
     sa.Column("hits", sa.BigInteger, nullable=False, default=0),
     sa.Index("staging_entries_lru", "state", "pinned", "last_access"),
 )
+
+readers_table = sa.Table(
+    "staging_readers",
+    metadata,
+    sa.Column("id", sa.String(32), primary_key=True),
+    sa.Column("url", sa.Text, nullable=False, index=True),
+    sa.Column("owner", sa.Text, nullable=False),
+    sa.Column("lease_until", sa.Float, nullable=False),
+)
+
+READER_LEASE = 24 * 3600.0  # readers on other hosts that crash hold an entry this long
 
 READY = "ready"
 STAGING = "staging"
@@ -417,6 +429,39 @@ class CacheIndex:
             if then is not None and removed:
                 then(removed)
         return removed
+
+    @property
+    def shared(self) -> bool:
+        """Whether other hosts may use this index (anything but SQLite)."""
+        return self.engine.dialect.name != "sqlite"
+
+    def add_reader(self, url: str) -> str:
+        """Record that this process has ``url`` open; returns the reader id."""
+        reader = uuid.uuid4().hex
+        with self._write() as conn:
+            conn.execute(
+                readers_table.insert(),
+                {"id": reader, "url": url, "owner": self.owner,
+                 "lease_until": time.time() + READER_LEASE},
+            )  # fmt: skip
+        return reader
+
+    def remove_reader(self, reader: str) -> None:
+        with self._write() as conn:
+            conn.execute(readers_table.delete().where(readers_table.c.id == reader))
+
+    def read_elsewhere(self, urls: list[str]) -> set[str]:
+        """URLs that a live process other than this one has open."""
+        if not urls:
+            return set()
+        c = readers_table.c
+        query = sa.select(c.url, c.owner, c.lease_until).where(
+            c.url.in_(urls), c.owner != self.owner
+        )
+        now = time.time()
+        with self._read() as conn:
+            rows = conn.execute(query).all()
+        return {url for url, owner, lease in rows if owners.alive(owner, lease, now)}
 
     def forget(self, url: str) -> None:
         """Delete a ready row whatever its state of use (its file is gone)."""
