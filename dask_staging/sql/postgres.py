@@ -244,17 +244,24 @@ def write_table(
     mode: str,
     writers: int,
 ) -> int:
-    """Load ``reader`` into ``table`` all-or-nothing; returns the number of rows."""
-    staging = f"_staging_{uuid.uuid4().hex[:12]}"
+    """Load ``reader`` into ``table`` all-or-nothing; returns the number of rows.
+
+    A new table is loaded under a staging name and renamed into place (the
+    rows are written once); an existing one is filled from an UNLOGGED staging
+    table in one transaction, so it keeps its indexes, constraints and grants.
+    """
+    schema_name, _, _ = table.rpartition(".")
+    staging = f"{schema_name + '.' if schema_name else ''}_staging_{uuid.uuid4().hex[:12]}"
     schema = reader.schema
     exists = _table_exists(db_url, table)
     if mode == "append" and not exists:
         raise QueryError(f"table {table!r} does not exist; use mode='create' to create it")
     with connect(db_url) as conn, conn.cursor() as cur:
         try:  # the staging table takes its column types from the Arrow schema
-            cur.adbc_ingest(staging, pa.table({f.name: pa.array([], f.type) for f in schema}),
-                            mode="create")  # fmt: skip
-            cur.execute(f"ALTER TABLE {quote_ident(staging)} SET UNLOGGED")
+            empty = pa.table({f.name: pa.array([], f.type) for f in schema})
+            cur.adbc_ingest(staging, empty, mode="create")
+            if exists:
+                cur.execute(f"ALTER TABLE {quote_ident(staging)} SET UNLOGGED")
             conn.commit()
         except adbc.Error as exc:
             raise clear_error(exc, db_url, "creating the staging table") from None
@@ -321,8 +328,10 @@ def _publish(db_url, staging, table, schema, *, mode: str, exists: bool) -> None
     with connect(db_url) as conn, conn.cursor() as cur:
         try:
             if not exists:
-                cur.execute(f"CREATE TABLE {target} (LIKE {source})")
-            elif mode == "replace":
+                cur.execute(f"ALTER TABLE {source} RENAME TO {quote_ident(table.split('.')[-1])}")
+                conn.commit()
+                return
+            if mode == "replace":
                 cur.execute(f"DELETE FROM {target}")
             cur.execute(f"INSERT INTO {target} ({columns}) SELECT {columns} FROM {source}")
             conn.commit()
