@@ -41,7 +41,8 @@ lint: venv
 bench: venv
 	@scripts/services.sh up
 	@set -a; eval "$$(scripts/services.sh env)"; set +a; \
-	  $(PY) benchmarks/bench_transfers.py && $(PY) benchmarks/bench_index.py
+	  $(PY) benchmarks/bench_transfers.py && $(PY) benchmarks/bench_index.py && \
+	  $(PY) benchmarks/bench_postgres.py
 
 clean:
 	scripts/services.sh down || true
