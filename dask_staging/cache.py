@@ -274,15 +274,20 @@ class Cache:
         return self.index.entries()
 
     def pin(self, url: str) -> None:
-        """Keep ``url`` in the cache until :meth:`unpin`; stages it first if needed."""
-        key = layout.normalize_url(url)
-        self.get(key)
+        """Keep ``url`` in the cache until :meth:`unpin`; stages it first if needed.
+
+        Query results are pinned by the key :meth:`entries` shows (``sql+…``).
+        """
+        key = url if url.startswith("sql+") else layout.normalize_url(url)
+        if not key.startswith("sql+"):
+            self.get(key)
         if not self.index.set_pinned(key, True):
             raise StagingError(f"{url} was evicted before it could be pinned")
 
     def unpin(self, url: str) -> None:
         """Let ``url`` be evicted again."""
-        if not self.index.set_pinned(layout.normalize_url(url), False):
+        key = url if url.startswith("sql+") else layout.normalize_url(url)
+        if not self.index.set_pinned(key, False):
             raise StagingError(f"{url} is not in the cache at {self.root}")
 
     def evict(self, url: str | None = None, *, to_bytes: int | str | None = None) -> int:
@@ -290,7 +295,8 @@ class Cache:
         everything evictable; returns the bytes freed.  Pinned and open entries stay."""
         self._flush_touches()
         if url is not None:
-            entry = self.index.lookup(layout.normalize_url(url))
+            key = url if url.startswith("sql+") else layout.normalize_url(url)
+            entry = self.index.lookup(key)
             if entry is None or entry.state != READY:
                 return 0
             if entry.pinned:

@@ -223,3 +223,23 @@ def test_cli_query_and_out(pg_url, runs, cache_root, tmp_path, pg):
     )  # fmt: skip
     assert r.returncode == 1 and "password authentication failed" in r.stderr
     assert "nope-pw" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_query_results_share_eviction_pinning_and_single_flight(pg_url, runs, cache_root):
+    from concurrent.futures import ThreadPoolExecutor
+
+    cache = Cache(cache_root)
+    query = f"SELECT * FROM {runs}"
+    with ThreadPoolExecutor(4) as pool:
+        paths = set(pool.map(lambda _: cache.stage_query(pg_url, query, partition_on="id",
+                                                         partitions=2), range(4)))  # fmt: skip
+    assert len(paths) == 1 and cache.stats()["misses"] == 1  # one export for four callers
+    single = cache.stage_query(pg_url, query)
+    by_path = {str(cache_root.resolve() / e.path): e for e in cache.entries()}
+    partitioned = by_path[paths.pop()]
+    cache.pin(partitioned.url)
+    assert cache.evict() == by_path[single].size  # the pinned directory stays
+    assert not os.path.exists(single) and cache.contains(partitioned.url)
+    cache.unpin(partitioned.url)
+    assert cache.evict(partitioned.url) == partitioned.size
+    assert cache.entries() == [] and not any((cache_root / "data").rglob("*.parquet"))
