@@ -9,6 +9,7 @@ others wait and then read the same file.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import io
 import logging
@@ -129,6 +130,13 @@ class Cache:
         )
         self.storage_options = storage_options
         self.index = CacheIndex.for_root(self.root, index_url, lease=lease)
+        conflict = self.index.join(self.max_bytes)
+        if conflict is not None:
+            self.index.close()
+            raise StagingError(
+                f"the cache at {self.root} is in use with max_bytes={format_bytes(conflict)}, "
+                f"not {format_bytes(self.max_bytes)}; give every process on a node the same limit"
+            )
         self._args = (root, max_bytes, streams, index_url)
         self._kwargs = dict(
             part_size=part_size,
@@ -148,7 +156,7 @@ class Cache:
         self._touches: dict[str, tuple[float, int]] = {}
         self._last_flush = time.monotonic()
         self._counters = dict.fromkeys(
-            ("hits", "misses", "bytes_staged", "evictions", "bytes_evicted"), 0
+            ("hits", "misses", "bytes_staged", "bytes_served", "evictions", "bytes_evicted"), 0
         )
         self._finalizer = weakref.finalize(self, _flush_and_close, self.index, self._touches)
         self._sweep_temp()
@@ -378,15 +386,16 @@ class Cache:
             return None
         if self.revalidate is not None and time.time() - (entry.validated or 0) >= self.revalidate:
             return None
-        self._touch(key)
+        self._touch(key, entry.size)
         return str(path)
 
-    def _touch(self, key: str) -> None:
+    def _touch(self, key: str, size: int = 0) -> None:
         now = time.time()
         with self._lock:
             _, count = self._touches.get(key, (0.0, 0))
             self._touches[key] = (now, count + 1)
             self._counters["hits"] += 1
+            self._counters["bytes_served"] += size
             due = time.monotonic() - self._last_flush > TOUCH_INTERVAL
         if due:
             self._flush_touches()
@@ -440,7 +449,7 @@ class Cache:
                     claim = claims[key]
                     if claim.status == "ready":
                         results[key] = str(self._file(claim.entry))
-                        self._touch(key)
+                        self._touch(key, claim.entry.size)
                     elif claim.status == "claimed":
                         ours.append(objects.submit(produce, key, rel, tmp, progress))
                     else:
@@ -526,7 +535,7 @@ class Cache:
             else:
                 self.index.mark_validated(entry.url, now)
                 results[entry.url] = str(self._file(entry))
-                self._touch(entry.url)
+                self._touch(entry.url, entry.size)
         return stale
 
     def _download(self, key: str, rel: str, tmp: str, progress: _Progress) -> tuple[dict, str]:
@@ -770,6 +779,8 @@ def _flush_and_close(index: CacheIndex, touches: dict) -> None:
     try:
         index.touch_many(dict(touches))
         touches.clear()
+        with contextlib.suppress(Exception):  # the database may be gone at exit
+            index.leave()
     finally:
         index.close()
 

@@ -12,8 +12,8 @@ from dask.utils import format_bytes, parse_bytes
 from fsspec.callbacks import NoOpCallback, TqdmCallback
 
 from dask_staging.cache import Cache
+from dask_staging.config import resolve_root
 from dask_staging.errors import StagingError
-from dask_staging.fs import default_root
 from dask_staging.upload import stage_out
 
 DESCRIPTION = """\
@@ -156,7 +156,7 @@ def run(args) -> int:
     kwargs = {"index_url": args.index_url}
     if args.command == "stage":
         kwargs.update(streams=args.streams, part_size=args.part_size, max_bytes=args.max_bytes)
-    cache = Cache(args.root or default_root(), **kwargs)
+    cache = Cache(resolve_root(args.root, 0), **kwargs)
     try:
         return COMMANDS[args.command](cache, args)
     finally:

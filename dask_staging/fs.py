@@ -16,21 +16,25 @@ import tempfile
 import threading
 from typing import Any, ClassVar
 
-import dask.config
 import fsspec
 from fsspec.implementations.chained import ChainedFileSystem
 
 from dask_staging.cache import Cache
+from dask_staging.config import cache_options, resolve_root
 
 _caches: dict[tuple, Cache] = {}
 _caches_lock = threading.Lock()
+_node_default: tuple[str, dict] | None = None  # (root, settings) set by StagingPlugin
+
+
+def set_node_default(root: str | None, settings: dict | None = None) -> None:
+    """Make ``staged::`` URLs without their own ``root`` use this cache (None: undo)."""
+    global _node_default
+    _node_default = None if root is None else (root, dict(settings or {}))
 
 
 def default_root() -> str:
-    """``staging.root`` from Dask's config (``DASK_STAGING__ROOT``), else a per-user temp dir."""
-    root = dask.config.get("staging.root", default=None)
-    if root:
-        return str(root)
+    """The root used when neither an argument nor ``staging.root`` names one."""
     user = os.environ.get("USER") or str(os.getuid())
     return os.path.join(tempfile.gettempdir(), f"dask-staging-{user}")
 
@@ -46,6 +50,15 @@ def shared_cache(root: str, **kwargs: Any) -> Cache:
         if cache is None:
             cache = _caches[key] = Cache(root, **kwargs)
         return cache
+
+
+def release_shared(cache: Cache) -> None:
+    """Forget and close a cache made by :func:`shared_cache`."""
+    with _caches_lock:
+        for key, value in list(_caches.items()):
+            if value is cache:
+                del _caches[key]
+    cache.close()
 
 
 class StagedFileSystem(ChainedFileSystem):
@@ -87,17 +100,20 @@ class StagedFileSystem(ChainedFileSystem):
         self.fs = (
             fs if fs is not None else fsspec.filesystem(target_protocol, **self.target_options)
         )
-        settings = {
-            "max_bytes": max_bytes if max_bytes is not None else _config("max-bytes"),
-            "streams": streams or _config("streams") or 8,
-            "index_url": index_url or _config("index-url"),
-            "revalidate": revalidate or _config("revalidate") or "never",
+        explicit = {
+            "max_bytes": max_bytes,
+            "streams": streams,
+            "index_url": index_url,
+            "revalidate": revalidate,
+            "part_size": part_size,
         }
-        if part_size is not None:
-            settings["part_size"] = part_size
-        self.cache = shared_cache(
-            root or default_root(), **settings, **{self.target_protocol: self.target_options}
-        )
+        if root is None and _node_default is not None:  # a worker with StagingPlugin
+            root, settings = _node_default
+        else:
+            root, settings = resolve_root(root), cache_options()
+        settings.update({k: v for k, v in explicit.items() if v is not None})
+        storage = {self.target_protocol: self.target_options} if self.target_options else {}
+        self.cache = shared_cache(root, **settings, **storage)
 
         def _strip_protocol(path):
             # Accept "staged::s3://b/k", "s3://b/k" and "b/k" alike.
@@ -152,10 +168,6 @@ class StagedFileSystem(ChainedFileSystem):
 
     def invalidate_cache(self, path=None):
         self.fs.invalidate_cache(path)
-
-
-def _config(name: str):
-    return dask.config.get(f"staging.{name}", default=None)
 
 
 def _first(protocol):

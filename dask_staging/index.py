@@ -55,6 +55,15 @@ readers_table = sa.Table(
     sa.Column("lease_until", sa.Float, nullable=False),
 )
 
+users_table = sa.Table(
+    "staging_users",
+    metadata,
+    sa.Column("id", sa.String(32), primary_key=True),
+    sa.Column("owner", sa.Text, nullable=False),
+    sa.Column("max_bytes", sa.BigInteger),
+    sa.Column("lease_until", sa.Float, nullable=False),
+)
+
 READER_LEASE = 24 * 3600.0  # readers on other hosts that crash hold an entry this long
 
 READY = "ready"
@@ -462,6 +471,32 @@ class CacheIndex:
         with self._read() as conn:
             rows = conn.execute(query).all()
         return {url for url, owner, lease in rows if owners.alive(owner, lease, now)}
+
+    def join(self, max_bytes: int | None) -> int | None:
+        """Register this process as a user with ``max_bytes``; returns a live user's
+        different limit (a conflict) or None."""
+        now = time.time()
+        c = users_table.c
+        with self._write() as conn:
+            others = conn.execute(sa.select(c.id, c.owner, c.max_bytes, c.lease_until)).all()
+            for user, owner, limit, lease in others:
+                if not owners.alive(owner, lease, now):
+                    conn.execute(users_table.delete().where(c.id == user))
+                elif max_bytes is not None and limit is not None and limit != max_bytes:
+                    return limit
+            self._user = uuid.uuid4().hex
+            conn.execute(
+                users_table.insert(),
+                {"id": self._user, "owner": self.owner, "max_bytes": max_bytes,
+                 "lease_until": now + READER_LEASE},
+            )  # fmt: skip
+        return None
+
+    def leave(self) -> None:
+        user = getattr(self, "_user", None)
+        if user is not None:
+            with self._write() as conn:
+                conn.execute(users_table.delete().where(users_table.c.id == user))
 
     def forget(self, url: str) -> None:
         """Delete a ready row whatever its state of use (its file is gone)."""
