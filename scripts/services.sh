@@ -105,6 +105,71 @@ down_postgres() {
   rm -rf "$dir"
 }
 
+up_slurm() {
+  # A single-node Slurm (slurmctld + slurmd) with munge, state in $state/slurm.
+  local dir="$state/slurm"
+  if ! command -v slurmctld >/dev/null; then
+    log "installing Slurm and munge (apt)"
+    apt-get install -y -q --no-install-recommends slurm-wlm munge >/dev/null
+  fi
+  if [ -f "$dir/slurmctld.pid" ] && kill -0 "$(cat "$dir/slurmctld.pid")" 2>/dev/null; then
+    log "slurm already running"; return 0
+  fi
+  mkdir -p "$dir/spool" "$dir/state" "$dir/log" /run/munge
+  chown munge: /run/munge
+  if [ ! -s /etc/munge/munge.key ]; then
+    dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 2>/dev/null
+    chown munge: /etc/munge/munge.key; chmod 400 /etc/munge/munge.key
+  fi
+  pgrep -x munged >/dev/null || runuser -u munge -- /usr/sbin/munged
+  local cpus mem
+  cpus=$(nproc); mem=$(( $(awk '/MemTotal/{print $2}' /proc/meminfo) / 1024 - 1024 ))
+  cat >"$dir/slurm.conf" <<CONF
+ClusterName=exa
+SlurmctldHost=localhost
+SlurmUser=root
+SlurmctldPort=${SLURMCTLD_PORT:-6817}
+SlurmdPort=${SLURMD_PORT:-6818}
+AuthType=auth/munge
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+DefMemPerCPU=1024
+SchedulerParameters=batch_sched_delay=0,sched_min_interval=0
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/filetxt
+JobCompLoc=$dir/log/jobcomp.txt
+MinJobAge=600
+ReturnToService=2
+StateSaveLocation=$dir/state
+SlurmdSpoolDir=$dir/spool
+SlurmctldPidFile=$dir/slurmctld.pid
+SlurmdPidFile=$dir/slurmd.pid
+SlurmctldLogFile=$dir/log/slurmctld.log
+SlurmdLogFile=$dir/log/slurmd.log
+NodeName=localhost NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem State=UNKNOWN
+PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
+CONF
+  slurmctld -f "$dir/slurm.conf"
+  slurmd -f "$dir/slurm.conf" -N localhost
+  local deadline=$((SECONDS + 30))
+  until SLURM_CONF="$dir/slurm.conf" sinfo -h -o %T 2>/dev/null | grep -qE "idle|mixed"; do
+    [ $SECONDS -lt $deadline ] || { log "slurm did not become ready; see $dir/log"; return 1; }
+    sleep 0.3
+  done
+  log "slurm ready (SLURM_CONF=$dir/slurm.conf)"
+}
+
+down_slurm() {
+  local dir="$state/slurm"
+  for d in slurmd slurmctld; do
+    [ -f "$dir/$d.pid" ] && kill "$(cat "$dir/$d.pid")" 2>/dev/null
+  done
+  sleep 0.5
+  rm -rf "$dir"
+}
+
 stop() {
   local name=$1
   if running "$name"; then
@@ -125,12 +190,13 @@ export EXA_TOXIPROXY_API=http://127.0.0.1:$TOXIPROXY_PORT
 export EXA_TOXIC_S3_PORT=$TOXIC_S3_PORT
 export EXA_TOOLS=$tools
 export EXA_PG_URL=postgresql://postgres:$PG_PASSWORD@127.0.0.1:$PG_PORT/postgres
+export SLURM_CONF=$state/slurm/slurm.conf
 ENV
 }
 
 case "${1:-}" in
-  up) install_all; up_minio; up_toxiproxy; up_postgres ;;
-  down) stop toxiproxy; stop minio; rm -rf "$state/minio-data"; down_postgres ;;
+  up) install_all; up_minio; up_toxiproxy; up_postgres; up_slurm ;;
+  down) stop toxiproxy; stop minio; rm -rf "$state/minio-data"; down_postgres; down_slurm ;;
   env) print_env ;;
   status) for s in minio toxiproxy; do running $s && echo "$s running" || echo "$s stopped"; done
     [ -f "$state/pg/data/postmaster.pid" ] && echo "postgres running" || echo "postgres stopped" ;;
