@@ -42,7 +42,7 @@ bench: venv
 	@scripts/services.sh up
 	@set -a; eval "$$(scripts/services.sh env)"; set +a; \
 	  $(PY) benchmarks/bench_transfers.py && $(PY) benchmarks/bench_index.py && \
-	  $(PY) benchmarks/bench_postgres.py
+	  $(PY) benchmarks/bench_postgres.py && $(PY) benchmarks/bench_dask.py
 
 clean:
 	scripts/services.sh down || true

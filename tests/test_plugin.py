@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 import urllib.request
 
 import dask
@@ -140,3 +141,31 @@ def test_unwritable_root_fails_registration(cluster, tmp_path):
     blocker.write_text("")
     with pytest.raises(StagingError, match="no usable cache root"):
         client.register_plugin(StagingPlugin(root=str(blocker / "cache")))
+
+
+def test_a_worker_killed_mid_stage_leaves_no_corrupt_entry(s3_env, put, cache_root, toxiproxy):
+    import hashlib
+
+    data = os.urandom(6 * MiB)
+    url = put("plugin/killed.bin", data)
+    toxiproxy.add("bandwidth", {"rate": 1024})  # ~6 s through the proxy
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                      dashboard_address=":0") as lc, Client(lc) as client:  # fmt: skip
+        client.register_plugin(StagingPlugin(root=str(cache_root), part_size="1 MiB",
+                                             s3={"endpoint_url": toxiproxy.endpoint}))  # fmt: skip
+        future = client.submit(read_staged, url, pure=False)
+        deadline = time.time() + 60
+        while not list((cache_root / "tmp").glob("*.part")) and time.time() < deadline:
+            time.sleep(0.05)
+        client.run(
+            os._exit, 1, on_error="ignore"
+        )  # the worker dies mid-download; its nanny starts another
+        assert not Cache(cache_root).contains(url)
+        toxiproxy.remove("bandwidth_downstream")
+        client.wait_for_workers(1, timeout=60)
+        assert future.result(timeout=120) == 6 * MiB  # retried on the new worker
+
+    cache = Cache(cache_root)
+    assert cache.verify() == [] and not list((cache_root / "tmp").iterdir())
+    with open(cache.get(url), "rb") as f:
+        assert hashlib.sha256(f.read()).digest() == hashlib.sha256(data).digest()

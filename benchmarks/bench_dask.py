@@ -1,0 +1,128 @@
+"""8 Dask workers on one node, two passes over the same dataset: bytes from S3 and time.
+
+    scripts/services.sh up && eval "$(scripts/services.sh env)"
+    .venv/bin/python benchmarks/bench_dask.py [--gib 2] [--workers 8]
+
+Side by side in one run: plain ``s3://`` reads (s3fs), fsspec's
+``simplecache::`` (a cache per worker process) and ``staged::`` with
+StagingPlugin (one cache per node).  Bytes fetched are counted by MinIO itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+import urllib.request
+
+import fsspec
+import numpy as np
+import s3fs
+from distributed import Client, LocalCluster
+
+from dask_staging import StagingPlugin
+
+ENDPOINT = os.environ.get("EXA_MINIO_ENDPOINT", "http://127.0.0.1:9000")
+USER = os.environ.get("EXA_MINIO_USER", "exa-minio")
+PASSWORD = os.environ.get("EXA_MINIO_PASSWORD", "exa-minio-secret")
+BUCKET = "exa-bench-dask"
+OBJECT = 64 << 20
+
+
+def sent_bytes() -> int:
+    with urllib.request.urlopen(f"{ENDPOINT}/minio/metrics/v3/api/requests") as r:
+        text = r.read().decode()
+    return int(float(re.search(r"^minio_api_requests_traffic_sent_bytes\{[^}]*\} (\S+)$",
+                               text, re.M).group(1)))  # fmt: skip
+
+
+def prepare(gib: float) -> list[str]:
+    fs = s3fs.S3FileSystem(key=USER, secret=PASSWORD, endpoint_url=ENDPOINT)
+    if not fs.exists(BUCKET):
+        fs.mkdir(BUCKET)
+    count = int(gib * (1 << 30) // OBJECT)
+    urls = []
+    for i in range(count):
+        path = f"{BUCKET}/blobs/blob-{i:04d}.bin"
+        if not fs.exists(path):
+            fs.pipe(path, os.urandom(OBJECT))
+        urls.append(f"s3://{path}")
+    return urls
+
+
+def byte_sum(url: str, prefix: str, options: dict) -> int:
+    """The computation: read the whole object and sum its bytes."""
+    total = 0
+    with fsspec.open(prefix + url, "rb", **options) as f:
+        while chunk := f.read(8 << 20):
+            total += int(np.frombuffer(chunk, dtype=np.uint8).sum())
+    return total
+
+
+def two_passes(client, urls, prefix: str, options: dict) -> dict:
+    out = {}
+    for name in ("first", "second"):
+        before = sent_bytes()
+        start = time.perf_counter()
+        client.gather(client.map(byte_sum, urls, prefix=prefix, options=options, pure=False))
+        seconds = time.perf_counter() - start
+        out[name] = {"seconds": seconds, "gib_from_s3": (sent_bytes() - before) / (1 << 30)}
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--gib", type=float, default=2.0)
+    parser.add_argument("--workers", type=int, default=8)
+    args = parser.parse_args()
+    os.environ.update(AWS_ACCESS_KEY_ID=USER, AWS_SECRET_ACCESS_KEY=PASSWORD,
+                      AWS_ENDPOINT_URL=ENDPOINT, AWS_REGION="us-east-1")  # fmt: skip
+    urls = prepare(args.gib)
+    work = tempfile.mkdtemp(prefix="exa-dask-bench-")
+    s3opts = {"key": USER, "secret": PASSWORD, "endpoint_url": ENDPOINT}
+    modes = {
+        "s3:// (s3fs)": ("", s3opts),
+        "simplecache::s3://": ("simplecache::", {"s3": s3opts}),
+        "staged::s3:// + StagingPlugin": ("staged::", {}),
+    }
+    results = {}
+    with LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True,
+                      dashboard_address=":0") as cluster, Client(cluster) as client:  # fmt: skip
+        client.register_plugin(StagingPlugin(root=f"{work}/node-cache", min_free=0))
+        for name, (prefix, options) in modes.items():
+            results[name] = two_passes(client, urls, prefix, options)
+        # Every worker reads the whole dataset, into a fresh node cache.
+        client.unregister_worker_plugin("dask-staging")
+        client.register_plugin(StagingPlugin(root=f"{work}/fresh-cache", min_free=0))
+        workers = list(client.scheduler_info()["workers"])
+        before = sent_bytes()
+        start = time.perf_counter()
+        futures = [client.submit(byte_sum, url, prefix="staged::", options={}, workers=[w],
+                                 pure=False) for w in workers for url in urls]  # fmt: skip
+        client.gather(futures)
+        everyone = {"seconds": time.perf_counter() - start,
+                    "gib_from_s3": (sent_bytes() - before) / (1 << 30)}  # fmt: skip
+    results["every worker reads everything (staged::)"] = {"all": everyone}
+    shutil.rmtree(work, ignore_errors=True)
+    print(json.dumps(results, indent=1))
+    print(f"\n{args.workers} workers, {len(urls)} x 64 MiB = {args.gib} GiB")
+    for name, r in results.items():
+        if "all" in r:
+            read = args.workers * args.gib
+            print(f"  {name}: {read:.0f} GiB read in {r['all']['seconds']:.2f} s, "
+                  f"{r['all']['gib_from_s3']:.2f} GiB of it from S3")  # fmt: skip
+            continue
+        first, second = r["first"], r["second"]
+        print(f"  {name:30s} pass 1 {first['seconds']:6.2f} s {first['gib_from_s3']:5.2f} GiB"
+              f" | pass 2 {second['seconds']:6.2f} s {second['gib_from_s3']:5.2f} GiB"
+              f" | pass 2 / pass 1 = {second['seconds'] / first['seconds']:.2f}")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
