@@ -169,3 +169,19 @@ def test_a_worker_killed_mid_stage_leaves_no_corrupt_entry(s3_env, put, cache_ro
     assert cache.verify() == [] and not list((cache_root / "tmp").iterdir())
     with open(cache.get(url), "rb") as f:
         assert hashlib.sha256(f.read()).digest() == hashlib.sha256(data).digest()
+
+
+def test_config_defaults_match_their_schema():
+    import jsonschema
+    import yaml
+
+    here = os.path.dirname(config.__file__)
+    with open(os.path.join(here, "staging.yaml")) as f:
+        defaults = yaml.safe_load(f)
+    with open(os.path.join(here, "staging-schema.yaml")) as f:
+        schema = yaml.safe_load(f)
+    jsonschema.validate(defaults, schema)
+    assert set(defaults["staging"]) == set(schema["properties"]["staging"]["properties"])
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"staging": {"streams": 0}}, schema)
+    assert dask.config.get("staging.min-free") == "1 GiB"
