@@ -20,6 +20,7 @@ MINIO_PORT=${MINIO_PORT:-9000}
 TOXIPROXY_PORT=${TOXIPROXY_PORT:-8474}
 TOXIC_S3_PORT=${TOXIC_S3_PORT:-9100}
 PG_PORT=${PG_PORT:-5433}
+SSH_PORT=${SSH_PORT:-2222}
 PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
 PG_PASSWORD=${PG_PASSWORD:-exa-pg-secret}
 MINIO_USER=${MINIO_USER:-exa-minio}
@@ -161,6 +162,45 @@ CONF
   log "slurm ready (SLURM_CONF=$dir/slurm.conf)"
 }
 
+up_sshd() {
+  # sshd on 127.0.0.1:$SSH_PORT with its own host key and one client key: the "login node".
+  local dir="$state/sshd"
+  if [ -f "$dir/sshd.pid" ] && kill -0 "$(cat "$dir/sshd.pid")" 2>/dev/null; then
+    log "sshd already running"; return 0
+  fi
+  [ -x /usr/sbin/sshd ] || { log "installing openssh-server (apt)";
+    apt-get install -y -q --no-install-recommends openssh-server >/dev/null; }
+  rm -rf "$dir"; mkdir -p "$dir" /run/sshd
+  ssh-keygen -q -t ed25519 -N "" -f "$dir/host_key"
+  ssh-keygen -q -t ed25519 -N "" -f "$dir/client_key"
+  cp "$dir/client_key.pub" "$dir/authorized_keys"
+  echo "[127.0.0.1]:$SSH_PORT $(cat "$dir/host_key.pub")" >"$dir/known_hosts"
+  cat >"$dir/sshd_config" <<CONF
+ListenAddress 127.0.0.1
+Port $SSH_PORT
+HostKey $dir/host_key
+AuthorizedKeysFile $dir/authorized_keys
+PidFile $dir/sshd.pid
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PermitRootLogin prohibit-password
+UsePAM no
+StrictModes no
+MaxSessions 100
+MaxStartups 100
+AcceptEnv SLURM_CONF
+SetEnv SLURM_CONF=$state/slurm/slurm.conf
+CONF
+  /usr/sbin/sshd -f "$dir/sshd_config" -E "$dir/sshd.log"
+  log "sshd ready on 127.0.0.1:$SSH_PORT"
+}
+
+down_sshd() {
+  local dir="$state/sshd"
+  [ -f "$dir/sshd.pid" ] && kill "$(cat "$dir/sshd.pid")" 2>/dev/null
+  rm -rf "$dir"
+}
+
 down_slurm() {
   local dir="$state/slurm"
   for d in slurmd slurmctld; do
@@ -191,12 +231,18 @@ export EXA_TOXIC_S3_PORT=$TOXIC_S3_PORT
 export EXA_TOOLS=$tools
 export EXA_PG_URL=postgresql://postgres:$PG_PASSWORD@127.0.0.1:$PG_PORT/postgres
 export SLURM_CONF=$state/slurm/slurm.conf
+export EXA_SSH_HOST=127.0.0.1
+export EXA_SSH_PORT=$SSH_PORT
+export EXA_SSH_USER=$(id -un)
+export EXA_SSH_KEY=$state/sshd/client_key
+export EXA_SSH_KNOWN_HOSTS=$state/sshd/known_hosts
 ENV
 }
 
 case "${1:-}" in
-  up) install_all; up_minio; up_toxiproxy; up_postgres; up_slurm ;;
-  down) stop toxiproxy; stop minio; rm -rf "$state/minio-data"; down_postgres; down_slurm ;;
+  up) install_all; up_minio; up_toxiproxy; up_postgres; up_slurm; up_sshd ;;
+  down) stop toxiproxy; stop minio; rm -rf "$state/minio-data"; down_postgres; down_slurm
+    down_sshd ;;
   env) print_env ;;
   status) for s in minio toxiproxy; do running $s && echo "$s running" || echo "$s stopped"; done
     [ -f "$state/pg/data/postmaster.pid" ] && echo "postgres running" || echo "postgres stopped" ;;

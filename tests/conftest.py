@@ -6,11 +6,18 @@ import contextlib
 import os
 import re
 import subprocess
+import tempfile
 import urllib.request
 import uuid
+from pathlib import Path
 
 import pytest
 import s3fs
+
+# Airflow reads its home at import time: give the test session its own, before anything imports it.
+os.environ.setdefault("AIRFLOW_HOME", tempfile.mkdtemp(prefix="exa-airflow-home-"))
+os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+os.environ.setdefault("AIRFLOW__CORE__DAGS_FOLDER", str(Path(__file__).parent / "dags"))
 
 MINIO = os.environ.get("EXA_MINIO_ENDPOINT", "http://127.0.0.1:9000")
 MINIO_USER = os.environ.get("EXA_MINIO_USER", "exa-minio")
@@ -195,3 +202,57 @@ def small_disk(tmp_path):
         pytest.skip(message)
     yield mount
     subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+@pytest.fixture(scope="session")
+def airflow_db():
+    """A migrated Airflow metadata database (SQLite in the session's AIRFLOW_HOME)."""
+    import sys
+
+    airflow = str(Path(sys.executable).with_name("airflow"))
+    result = subprocess.run([airflow, "db", "migrate"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return os.environ["AIRFLOW_HOME"]
+
+
+SSH = {
+    "host": os.environ.get("EXA_SSH_HOST", "127.0.0.1"),
+    "port": int(os.environ.get("EXA_SSH_PORT", "2222")),
+    "user": os.environ.get("EXA_SSH_USER", "root"),
+    "key": os.environ.get("EXA_SSH_KEY", ""),
+    "known_hosts": os.environ.get("EXA_SSH_KNOWN_HOSTS", ""),
+}
+
+
+@pytest.fixture(scope="session")
+def login_node():
+    """sshd on 127.0.0.1:2222 (the login node) in front of the single-node Slurm."""
+    import socket
+
+    try:
+        socket.create_connection((SSH["host"], SSH["port"]), timeout=2).close()
+        ok = bool(SSH["key"]) and os.path.exists(SSH["key"])
+    except OSError:
+        ok = False
+    if not ok:
+        message = "sshd/Slurm are not running; start them with scripts/services.sh up"
+        if IN_CI:
+            pytest.fail(message)
+        pytest.skip(message)
+    return SSH
+
+
+@pytest.fixture
+def slurm_conn(login_node, monkeypatch):
+    """An Airflow ``slurm`` connection (id ``slurm_test``) to the login node, via env var."""
+    import json
+
+    conn = {
+        "conn_type": "slurm",
+        "host": login_node["host"],
+        "port": login_node["port"],
+        "login": login_node["user"],
+        "extra": {"key_file": login_node["key"], "known_hosts": login_node["known_hosts"]},
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_SLURM_TEST", json.dumps(conn))
+    return "slurm_test"

@@ -1,0 +1,97 @@
+"""SlurmHook: submit, watch, cancel and read the logs of Slurm jobs, over SSH or slurmrestd."""
+
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+from functools import cached_property
+
+from airflow.sdk import BaseHook
+
+from airflow_exa_provider.slurm.commands import JobState, SlurmError, render_script
+from airflow_exa_provider.slurm.ssh import SSHBackend, SSHTarget
+
+
+def _private_file(prefix: str, content: str) -> str:
+    fd, path = tempfile.mkstemp(prefix=prefix)
+    with os.fdopen(fd, "w") as f:
+        f.write(content if content.endswith("\n") else content + "\n")
+    os.chmod(path, stat.S_IRUSR | stat.S_IWUSR)
+    return path
+
+
+class SlurmHook(BaseHook):
+    """Access a Slurm cluster through a ``slurm`` connection.
+
+    SSH (default): host/port/login of the login node; ``extra`` holds
+    ``key_file`` or ``private_key``, and ``known_hosts`` or ``host_key``.
+    Host keys are checked unless ``check_host_key`` is false.
+    """
+
+    conn_name_attr = "slurm_conn_id"
+    default_conn_name = "slurm_default"
+    conn_type = "slurm"
+    hook_name = "Slurm"
+
+    def __init__(self, slurm_conn_id: str = default_conn_name, **kwargs):
+        super().__init__(**kwargs)
+        self.slurm_conn_id = slurm_conn_id
+
+    @cached_property
+    def target(self) -> SSHTarget:
+        return self.target_from(self.get_connection(self.slurm_conn_id))
+
+    async def atarget(self) -> SSHTarget:
+        """:attr:`target`, for use inside a trigger's event loop."""
+        if "target" not in self.__dict__:
+            self.__dict__["target"] = self.target_from(
+                await self.aget_connection(self.slurm_conn_id)
+            )
+        return self.__dict__["target"]
+
+    def target_from(self, conn) -> SSHTarget:
+        extra = conn.extra_dejson
+        key_file = extra.get("key_file")
+        if extra.get("private_key"):
+            key_file = _private_file("exa-slurm-key-", extra["private_key"])
+        known_hosts = extra.get("known_hosts")
+        if extra.get("host_key"):
+            host = conn.host if not conn.port or conn.port == 22 else f"[{conn.host}]:{conn.port}"
+            known_hosts = _private_file("exa-known-hosts-", f"{host} {extra['host_key']}")
+        check = str(extra.get("check_host_key", True)).lower() not in ("false", "0", "no")
+        if not conn.host:
+            raise SlurmError(f"connection {self.slurm_conn_id!r} names no login node (host)")
+        return SSHTarget(
+            host=conn.host, port=int(conn.port or 22), user=conn.login or None,
+            key_file=key_file, known_hosts=known_hosts, check_host_key=check,
+        )  # fmt: skip
+
+    @cached_property
+    def backend(self) -> SSHBackend:
+        return SSHBackend(self.target)
+
+    async def abackend(self) -> SSHBackend:
+        return SSHBackend(await self.atarget())
+
+    def submit(
+        self, *, command: str | None = None, script: str | None = None,
+        options: dict | None = None,
+    ) -> str:  # fmt: skip
+        """Submit a batch job; returns its id."""
+        job_id = self.backend.submit(render_script(command, script), options)
+        self.log.info("submitted Slurm job %s on %s", job_id, self.target.describe())
+        return job_id
+
+    def state(self, job_id: str) -> JobState:
+        return self.backend.states([job_id])[job_id]
+
+    def states(self, job_ids: list[str]) -> dict[str, JobState]:
+        return self.backend.states(job_ids)
+
+    def cancel(self, job_id: str) -> None:
+        self.backend.cancel(job_id)
+        self.log.info("cancelled Slurm job %s", job_id)
+
+    def read_log(self, path: str, offset: int = 0) -> tuple[str, int]:
+        return self.backend.read_log(path, offset)

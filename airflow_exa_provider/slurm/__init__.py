@@ -1,0 +1,1 @@
+"""Slurm access: pure command builders and parsers, and one small module per backend."""

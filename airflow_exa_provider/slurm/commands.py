@@ -1,0 +1,132 @@
+"""Pure functions that build Slurm commands and parse their output.
+
+Nothing here talks to a cluster; every argument that reaches a shell goes
+through :func:`shlex.quote`, so job names, paths and options can hold any text.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+
+FINISHED = {
+    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
+    "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "REVOKED",
+}  # fmt: skip
+_OPTION = re.compile(r"^[a-z][a-z0-9-]*$")
+
+
+class SlurmError(Exception):
+    """A Slurm command or the connection to the cluster failed."""
+
+
+@dataclass(frozen=True)
+class JobState:
+    """What Slurm says about one job."""
+
+    job_id: str
+    state: str
+    exit_code: int | None = None
+    stdout: str | None = None
+    reason: str | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.state in FINISHED
+
+    @property
+    def succeeded(self) -> bool:
+        return self.state == "COMPLETED" and (self.exit_code or 0) == 0
+
+
+def render_script(command: str | None = None, script: str | None = None) -> str:
+    """A batch script from a shell ``command`` or a full ``script``."""
+    if bool(command) == bool(script):
+        raise ValueError("give exactly one of command= or script=")
+    if script:
+        return script if script.startswith("#!") else "#!/bin/bash\n" + script
+    return f"#!/bin/bash\nset -euo pipefail\n{command}\n"
+
+
+def sbatch_args(options: dict[str, object] | None = None) -> list[str]:
+    """``sbatch --parsable --opt=value ...``; option names are checked, values passed as-is."""
+    args = ["sbatch", "--parsable"]
+    for name, value in (options or {}).items():
+        flag = name.replace("_", "-")
+        if not _OPTION.match(flag):
+            raise ValueError(f"{name!r} is not an sbatch option name")
+        if value is True:
+            args.append(f"--{flag}")
+        elif value not in (None, False):
+            args.append(f"--{flag}={value}")
+    return args
+
+
+def parse_sbatch(stdout: str) -> str:
+    """The job id from ``sbatch --parsable`` output (``123`` or ``123;cluster``)."""
+    text = stdout.strip().splitlines()[-1] if stdout.strip() else ""
+    job_id = text.split(";", 1)[0]
+    if not job_id.isdigit():
+        raise SlurmError(f"sbatch did not return a job id: {stdout.strip()[:200]!r}")
+    return job_id
+
+
+def status_script(job_ids: list[str]) -> str:
+    """One shell snippet that reports every job: ``scontrol`` first, ``sacct`` when
+    the controller has forgotten the job (works without slurmdbd via jobcomp)."""
+    for job_id in job_ids:
+        if not str(job_id).isdigit():
+            raise ValueError(f"{job_id!r} is not a Slurm job id")
+    ids = " ".join(shlex.quote(str(j)) for j in job_ids)
+    return (
+        f"for j in {ids}; do "
+        'out=$(scontrol show job -o "$j" 2>/dev/null) && echo "$out" || '
+        '{ echo "SACCT $j"; sacct -c -n -P -o JobID,State,ExitCode -j "$j" 2>/dev/null '
+        '|| sacct -n -P -X -o JobID,State,ExitCode -j "$j" 2>/dev/null; }; '
+        "done"
+    )
+
+
+def parse_status(output: str, job_ids: list[str]) -> dict[str, JobState]:
+    """States from :func:`status_script` output; unknown jobs are ``UNKNOWN``."""
+    states: dict[str, JobState] = {}
+    for line in output.splitlines():
+        line = line.strip()
+        if line.startswith("JobId="):
+            fields = dict(part.split("=", 1) for part in line.split() if "=" in part)
+            job_id = fields.get("JobId", "")
+            states[job_id] = JobState(
+                job_id=job_id,
+                state=fields.get("JobState", "UNKNOWN"),
+                exit_code=_exit_code(fields.get("ExitCode")),
+                stdout=fields.get("StdOut"),
+                reason=fields.get("Reason"),
+            )
+        elif "|" in line:
+            job_id, state, exit_code = [*line.split("|"), "", ""][:3]
+            job_id = job_id.split(".", 1)[0]
+            if job_id in job_ids and job_id not in states:
+                states[job_id] = JobState(job_id, state.split()[0] if state else "UNKNOWN",
+                                          _exit_code(exit_code))  # fmt: skip
+    for job_id in job_ids:
+        states.setdefault(job_id, JobState(job_id, "UNKNOWN"))
+    return states
+
+
+def _exit_code(text: str | None) -> int | None:
+    if not text:
+        return None
+    code = text.split(":", 1)[0]
+    return int(code) if code.lstrip("-").isdigit() else None
+
+
+def scancel_args(job_id: str) -> list[str]:
+    if not str(job_id).isdigit():
+        raise ValueError(f"{job_id!r} is not a Slurm job id")
+    return ["scancel", str(job_id)]
+
+
+def read_from_args(path: str, offset: int) -> list[str]:
+    """Bytes of ``path`` from byte ``offset`` on (``tail -c +N``; empty if missing)."""
+    return ["tail", "-c", f"+{int(offset) + 1}", path]

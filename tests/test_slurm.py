@@ -1,0 +1,191 @@
+"""Slurm through the provider against real sshd + slurmctld/slurmd, and DAGs under dag.test()."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import threading
+import time
+
+import pytest
+
+from airflow_exa_provider.hooks.slurm import SlurmHook
+from airflow_exa_provider.slurm.commands import SlurmError
+from airflow_exa_provider.triggers.slurm import JobWatcher, SlurmJobTrigger
+
+
+def wait_done(hook, job_id, timeout=60):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        state = hook.state(job_id)
+        if state.finished:
+            return state
+        time.sleep(0.3)
+    raise AssertionError(f"job {job_id} did not finish")
+
+
+def test_submit_state_log_and_exit_codes(slurm_conn):
+    hook = SlurmHook(slurm_conn)
+    job = hook.submit(
+        command='echo "it\'s here"; exit 3',
+        options={"job_name": "quote ' and ; test", "output": "/tmp/exa-%j.out"},
+    )
+    state = wait_done(hook, job)
+    assert (state.state, state.exit_code) == ("FAILED", 3)
+    text, offset = hook.read_log(state.stdout)
+    assert text == "it's here\n" and offset == len(text)
+    assert hook.read_log(state.stdout, offset) == ("", offset)
+    ok = hook.submit(command="true")
+    assert wait_done(hook, ok).succeeded
+
+
+def test_cancel_and_rejected_scripts(slurm_conn):
+    hook = SlurmHook(slurm_conn)
+    job = hook.submit(command="sleep 120")
+    hook.cancel(job)
+    assert wait_done(hook, job).state == "CANCELLED"
+    with pytest.raises(SlurmError, match=r"sbatch on root@127\.0\.0\.1:2222 failed .*partition"):
+        hook.submit(command="true", options={"partition": "no-such-partition"})
+
+
+def test_host_keys_are_checked(login_node, monkeypatch, tmp_path):
+    wrong = tmp_path / "known_hosts"
+    wrong.write_text(
+        f"[127.0.0.1]:{login_node['port']} ssh-ed25519 "
+        "AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl\n"
+    )
+    conn = {
+        "conn_type": "slurm",
+        "host": "127.0.0.1",
+        "port": login_node["port"],
+        "login": login_node["user"],
+        "extra": {"key_file": login_node["key"], "known_hosts": str(wrong)},
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_SLURM_BADKEY", json.dumps(conn))
+    with pytest.raises(SlurmError, match="Host key verification failed"):
+        SlurmHook("slurm_badkey").submit(command="true")
+
+
+def test_unreachable_login_node_and_unknown_connection(monkeypatch, login_node):
+    conn = {
+        "conn_type": "slurm",
+        "host": "127.0.0.1",
+        "port": 1,
+        "login": "nobody",
+        "extra": {"key_file": login_node["key"]},
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_SLURM_DOWN", json.dumps(conn))
+    with pytest.raises(SlurmError, match=r"ssh to nobody@127\.0\.0\.1:1 failed: .*refused"):
+        SlurmHook("slurm_down").state("1")
+    with pytest.raises(Exception, match="isn't defined"):
+        SlurmHook("no_such_connection_xyz").state("1")
+
+
+def test_trigger_serialization_is_stable():
+    trigger = SlurmJobTrigger("42", "slurm_x", poll_interval=2.0, log_path="/o", log_offset=9)
+    assert trigger.serialize() == (
+        "airflow_exa_provider.triggers.slurm.SlurmJobTrigger",
+        {
+            "job_id": "42",
+            "slurm_conn_id": "slurm_x",
+            "poll_interval": 2.0,
+            "log_path": "/o",
+            "log_offset": 9,
+            "max_failures": 20,
+        },
+    )
+
+
+def test_trigger_streams_log_then_finishes(slurm_conn):
+    hook = SlurmHook(slurm_conn)
+    job = hook.submit(
+        command="echo first; sleep 2; echo second", options={"output": "/tmp/exa-%j.out"}
+    )
+
+    async def collect():
+        events, offset = [], 0
+        while True:
+            trigger = SlurmJobTrigger(job, slurm_conn, poll_interval=0.3, log_offset=offset)
+            event = await anext(trigger.run())
+            events.append(event.payload)
+            offset = event.payload.get("log_offset", offset)
+            if event.payload["status"] != "running":
+                return events
+
+    events = asyncio.run(collect())
+    assert "".join(e.get("log", "") for e in events) == "first\nsecond\n"
+    assert events[-1]["status"] == "finished" and events[-1]["state"] == "COMPLETED"
+
+
+def accepted_logins() -> int:
+    log = os.path.join(os.path.dirname(os.environ.get("EXA_SSH_KEY", "")), "sshd.log")
+    with open(log) as f:
+        return f.read().count("Accepted publickey")
+
+
+def test_fifty_deferred_jobs_share_one_connection_and_one_query_per_poll(slurm_conn):
+    hook = SlurmHook(slurm_conn)
+    jobs = [hook.submit(command="true", options={"mem": "16M"}) for _ in range(50)]
+    JobWatcher._watchers.clear()
+
+    async def watch_all():
+        triggers = [SlurmJobTrigger(j, slurm_conn, poll_interval=1.0) for j in jobs]
+        start_logins = accepted_logins()
+        start = time.monotonic()
+        events = await asyncio.gather(*(anext(t.run()) for t in triggers))
+        watcher = next(iter(JobWatcher._watchers.values()))
+        return events, watcher.polls, time.monotonic() - start, accepted_logins() - start_logins
+
+    events, polls, seconds, logins = asyncio.run(watch_all())
+    assert all(e.payload["state"] == "COMPLETED" for e in events)
+    assert logins <= 1  # the ControlMaster connection is shared by every trigger
+    assert polls <= seconds / 1.0 + 2  # one batched status query per interval, not per job
+
+
+def test_on_kill_cancels_the_slurm_job(slurm_conn):
+    from airflow_exa_provider.operators.slurm import SlurmJobOperator
+
+    op = SlurmJobOperator(
+        task_id="k",
+        command="sleep 300",
+        slurm_conn_id=slurm_conn,
+        poll_interval=0.3,
+        deferrable=False,
+    )
+
+    class TI:
+        def xcom_push(self, key, value):
+            self.job_id = value
+
+    ti = TI()
+    errors = []
+
+    def run():
+        try:
+            op.execute({"ti": ti})
+        except Exception as exc:  # the cancelled job fails the task
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    deadline = time.time() + 30
+    while not hasattr(ti, "job_id") and time.time() < deadline:
+        time.sleep(0.1)
+    op.on_kill()
+    assert wait_done(SlurmHook(slurm_conn), ti.job_id).state == "CANCELLED"
+    thread.join(30)
+    assert "CANCELLED" in str(errors[0])
+
+
+def test_dags_run_with_dag_test(slurm_conn, airflow_db):
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
+    assert not bag.import_errors
+    run = bag.get_dag("exa_test_slurm_ok").test()
+    states = {ti.task_id: ti.state for ti in run.get_task_instances()}
+    assert states == {"waits_in_worker": "success", "deferred": "success", "sensor": "success"}
+    failed = bag.get_dag("exa_test_slurm_fails").test()
+    [ti] = failed.get_task_instances()
+    assert ti.state == "failed"
