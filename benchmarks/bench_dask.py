@@ -37,8 +37,13 @@ OBJECT = 64 << 20
 def sent_bytes() -> int:
     with urllib.request.urlopen(f"{ENDPOINT}/minio/metrics/v3/api/requests") as r:
         text = r.read().decode()
-    return int(float(re.search(r"^minio_api_requests_traffic_sent_bytes\{[^}]*\} (\S+)$",
-                               text, re.M).group(1)))  # fmt: skip
+    return int(
+        float(
+            re.search(r"^minio_api_requests_traffic_sent_bytes\{[^}]*\} (\S+)$", text, re.M).group(
+                1
+            )
+        )
+    )
 
 
 def prepare(gib: float) -> list[str]:
@@ -80,8 +85,12 @@ def main() -> int:
     parser.add_argument("--gib", type=float, default=2.0)
     parser.add_argument("--workers", type=int, default=8)
     args = parser.parse_args()
-    os.environ.update(AWS_ACCESS_KEY_ID=USER, AWS_SECRET_ACCESS_KEY=PASSWORD,
-                      AWS_ENDPOINT_URL=ENDPOINT, AWS_REGION="us-east-1")  # fmt: skip
+    os.environ.update(
+        AWS_ACCESS_KEY_ID=USER,
+        AWS_SECRET_ACCESS_KEY=PASSWORD,
+        AWS_ENDPOINT_URL=ENDPOINT,
+        AWS_REGION="us-east-1",
+    )
     urls = prepare(args.gib)
     work = tempfile.mkdtemp(prefix="exa-dask-bench-")
     s3opts = {"key": USER, "secret": PASSWORD, "endpoint_url": ENDPOINT}
@@ -91,8 +100,12 @@ def main() -> int:
         "staged::s3:// + StagingPlugin": ("staged::", {}),
     }
     results = {}
-    with LocalCluster(n_workers=args.workers, threads_per_worker=1, processes=True,
-                      dashboard_address=":0") as cluster, Client(cluster) as client:  # fmt: skip
+    with (
+        LocalCluster(
+            n_workers=args.workers, threads_per_worker=1, processes=True, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster) as client,
+    ):
         client.register_plugin(StagingPlugin(root=f"{work}/node-cache", min_free=0))
         for name, (prefix, options) in modes.items():
             results[name] = two_passes(client, urls, prefix, options)
@@ -102,11 +115,16 @@ def main() -> int:
         workers = list(client.scheduler_info()["workers"])
         before = sent_bytes()
         start = time.perf_counter()
-        futures = [client.submit(byte_sum, url, prefix="staged::", options={}, workers=[w],
-                                 pure=False) for w in workers for url in urls]  # fmt: skip
+        futures = [
+            client.submit(byte_sum, url, prefix="staged::", options={}, workers=[w], pure=False)
+            for w in workers
+            for url in urls
+        ]
         client.gather(futures)
-        everyone = {"seconds": time.perf_counter() - start,
-                    "gib_from_s3": (sent_bytes() - before) / (1 << 30)}  # fmt: skip
+        everyone = {
+            "seconds": time.perf_counter() - start,
+            "gib_from_s3": (sent_bytes() - before) / (1 << 30),
+        }
     results["every worker reads everything (staged::)"] = {"all": everyone}
     shutil.rmtree(work, ignore_errors=True)
     print(json.dumps(results, indent=1))
@@ -114,13 +132,17 @@ def main() -> int:
     for name, r in results.items():
         if "all" in r:
             read = args.workers * args.gib
-            print(f"  {name}: {read:.0f} GiB read in {r['all']['seconds']:.2f} s, "
-                  f"{r['all']['gib_from_s3']:.2f} GiB of it from S3")  # fmt: skip
+            print(
+                f"  {name}: {read:.0f} GiB read in {r['all']['seconds']:.2f} s, "
+                f"{r['all']['gib_from_s3']:.2f} GiB of it from S3"
+            )
             continue
         first, second = r["first"], r["second"]
-        print(f"  {name:30s} pass 1 {first['seconds']:6.2f} s {first['gib_from_s3']:5.2f} GiB"
-              f" | pass 2 {second['seconds']:6.2f} s {second['gib_from_s3']:5.2f} GiB"
-              f" | pass 2 / pass 1 = {second['seconds'] / first['seconds']:.2f}")  # fmt: skip
+        print(
+            f"  {name:30s} pass 1 {first['seconds']:6.2f} s {first['gib_from_s3']:5.2f} GiB"
+            f" | pass 2 {second['seconds']:6.2f} s {second['gib_from_s3']:5.2f} GiB"
+            f" | pass 2 / pass 1 = {second['seconds'] / first['seconds']:.2f}"
+        )
     return 0
 
 

@@ -29,11 +29,19 @@ def main() -> int:
     batch = []
     for i in range(n):
         url = f"s3://bucket/data/object-{i:08d}.parquet"
-        batch.append({
-            "url": url, "path": layout.relative_path(url), "size": 1000, "etag": "e",
-            "state": "ready", "created": now, "last_access": now - n + i,
-            "pinned": False, "hits": 0,
-        })  # fmt: skip
+        batch.append(
+            {
+                "url": url,
+                "path": layout.relative_path(url),
+                "size": 1000,
+                "etag": "e",
+                "state": "ready",
+                "created": now,
+                "last_access": now - n + i,
+                "pinned": False,
+                "hits": 0,
+            }
+        )
         if len(batch) == 50_000:
             cache.index.bulk_insert_ready(batch)
             batch = []

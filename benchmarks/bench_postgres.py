@@ -78,8 +78,11 @@ def child(mode: str, work: str) -> dict:
     env = dict(os.environ, EXA_PG_URL=PG_URL, BENCH_TABLE=TABLE)
     out = subprocess.run(
         [sys.executable, "-c", CHILD, mode, work],
-        capture_output=True, text=True, env=env, check=True,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -149,8 +152,14 @@ def bench_write(work: str, rounds: int, rows: int) -> dict:
             for batch_rows in (65_536, 262_144, 1_048_576):
                 drop("bench_write")
                 start = time.perf_counter()
-                n = write_table(parquet, PG_URL, "bench_write", mode="create",
-                                writers=writers, batch_rows=batch_rows)  # fmt: skip
+                n = write_table(
+                    parquet,
+                    PG_URL,
+                    "bench_write",
+                    mode="create",
+                    writers=writers,
+                    batch_rows=batch_rows,
+                )
                 assert n == rows
                 curve.setdefault(f"{writers} writers, {batch_rows} rows/batch", []).append(
                     time.perf_counter() - start
@@ -191,17 +200,23 @@ def main() -> int:
     copy = read["copy-binary"]["seconds"]
     print(f"\nPostgreSQL -> Parquet, {args.rows} rows (median of {args.rounds})")
     for mode, r in read.items():
-        print(f"  {mode:16s} {r['seconds']:7.2f} s  {r['seconds'] / copy:5.2f}x COPY binary"
-              f"  peak RSS {r['rss_mib']:6.0f} MiB")  # fmt: skip
+        print(
+            f"  {mode:16s} {r['seconds']:7.2f} s  {r['seconds'] / copy:5.2f}x COPY binary"
+            f"  peak RSS {r['rss_mib']:6.0f} MiB"
+        )
     best, csv = write["copy_from_seconds"], write["copy_from_csv_seconds"]
     print(f"\nParquet -> PostgreSQL: one COPY FROM, binary {best:.2f} s, csv {csv:.2f} s")
     for name, seconds in write["write_table_seconds"].items():
         rate = args.rows / seconds
         to_sql = rate / write["to_sql_rows_per_s"]
-        print(f"  write_table {name:34s} {seconds:6.2f} s  {best / seconds:5.2f}x binary"
-              f"  {csv / seconds:5.2f}x csv  {to_sql:6.1f}x to_sql")  # fmt: skip
-    print(f"  DataFrame.to_sql: {write['to_sql_rows_per_s']:.0f} rows/s "
-          f"(on {write['to_sql_sample_rows']} rows)")  # fmt: skip
+        print(
+            f"  write_table {name:34s} {seconds:6.2f} s  {best / seconds:5.2f}x binary"
+            f"  {csv / seconds:5.2f}x csv  {to_sql:6.1f}x to_sql"
+        )
+    print(
+        f"  DataFrame.to_sql: {write['to_sql_rows_per_s']:.0f} rows/s "
+        f"(on {write['to_sql_sample_rows']} rows)"
+    )
     return 0
 
 

@@ -95,8 +95,16 @@ def toxic_proxy(latency_ms: int, rate_kbs: int) -> str:
 
     call("DELETE", "/proxies/bench-s3")
     atexit.register(call, "DELETE", "/proxies/bench-s3")
-    call("POST", "/proxies", {"name": "bench-s3", "listen": f"127.0.0.1:{TOXIC_PORT}",
-                              "upstream": ENDPOINT.split("://")[1], "enabled": True})  # fmt: skip
+    call(
+        "POST",
+        "/proxies",
+        {
+            "name": "bench-s3",
+            "listen": f"127.0.0.1:{TOXIC_PORT}",
+            "upstream": ENDPOINT.split("://")[1],
+            "enabled": True,
+        },
+    )
     for toxic, attributes in (
         ("latency", {"latency": latency_ms}),
         ("bandwidth", {"rate": rate_kbs}),
@@ -127,8 +135,9 @@ def s5cmd_once(work: Path, source: str, endpoint: str, *flags: str) -> float:
 
 
 def s3fs_once(work: Path, path: str, endpoint: str, **kwargs) -> float:
-    fs = s3fs.S3FileSystem(key=USER, secret=PASSWORD, endpoint_url=endpoint,
-                           skip_instance_cache=True)  # fmt: skip
+    fs = s3fs.S3FileSystem(
+        key=USER, secret=PASSWORD, endpoint_url=endpoint, skip_instance_cache=True
+    )
     out = work / "s3fs-out"
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir()
@@ -198,8 +207,12 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--work", default=os.environ.get("BENCH_DIR"))
     args = parser.parse_args()
-    os.environ.update(AWS_ACCESS_KEY_ID=USER, AWS_SECRET_ACCESS_KEY=PASSWORD,
-                      AWS_ENDPOINT_URL=ENDPOINT, AWS_REGION="us-east-1")  # fmt: skip
+    os.environ.update(
+        AWS_ACCESS_KEY_ID=USER,
+        AWS_SECRET_ACCESS_KEY=PASSWORD,
+        AWS_ENDPOINT_URL=ENDPOINT,
+        AWS_REGION="us-east-1",
+    )
     work = Path(args.work or tempfile.mkdtemp(prefix="exa-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     fs = s3fs.S3FileSystem(key=USER, secret=PASSWORD, endpoint_url=ENDPOINT)
@@ -209,29 +222,39 @@ def main() -> int:
 
     big = [f"s3://{BUCKET}/big/1GiB.bin"]
     gb = 1024 * MiB / 1e9
-    t = interleaved(r, {
-        "s5cmd": lambda: s5cmd_once(work, big[0], ENDPOINT),
-        "dask_staging": lambda: cache_once(work, big, ENDPOINT),
-        "s3fs get_file": lambda: s3fs_once(work, f"{BUCKET}/big/1GiB.bin", ENDPOINT),
-    })  # fmt: skip
+    t = interleaved(
+        r,
+        {
+            "s5cmd": lambda: s5cmd_once(work, big[0], ENDPOINT),
+            "dask_staging": lambda: cache_once(work, big, ENDPOINT),
+            "s3fs get_file": lambda: s3fs_once(work, f"{BUCKET}/big/1GiB.bin", ENDPOINT),
+        },
+    )
     results["1 GiB object (GB/s)"] = {k: gb / v for k, v in t.items()}
 
     small = [f"s3://{BUCKET}/small/obj-{i:04d}" for i in range(1000)]
-    t = interleaved(r, {
-        "s5cmd": lambda: s5cmd_once(work, f"s3://{BUCKET}/small/*", ENDPOINT),
-        "dask_staging": lambda: cache_once(work, small, ENDPOINT),
-        "s3fs get": lambda: s3fs_once(work, f"{BUCKET}/small/", ENDPOINT),
-    })  # fmt: skip
+    t = interleaved(
+        r,
+        {
+            "s5cmd": lambda: s5cmd_once(work, f"s3://{BUCKET}/small/*", ENDPOINT),
+            "dask_staging": lambda: cache_once(work, small, ENDPOINT),
+            "s3fs get": lambda: s3fs_once(work, f"{BUCKET}/small/", ENDPOINT),
+        },
+    )
     results["1000 x 256 KiB (objects/s)"] = {k: 1000 / v for k, v in t.items()}
 
     slow = toxic_proxy(latency_ms=10, rate_kbs=50_000)
     mid = [f"s3://{BUCKET}/mid/256MiB.bin"]
     mb = 256 * MiB / 1e6
-    t = interleaved(r, {
-        "s5cmd 16 streams": lambda: s5cmd_once_streams(work, mid[0], slow, 16),
-        "dask_staging 16 streams": lambda: cache_once(work, mid, slow, streams=16,
-                                                      part_size=8 * MiB),
-    })  # fmt: skip
+    t = interleaved(
+        r,
+        {
+            "s5cmd 16 streams": lambda: s5cmd_once_streams(work, mid[0], slow, 16),
+            "dask_staging 16 streams": lambda: cache_once(
+                work, mid, slow, streams=16, part_size=8 * MiB
+            ),
+        },
+    )
     t["dask_staging 1 stream"] = cache_once(work, mid, slow, streams=1)  # ~5.5 s, once
     results["256 MiB via 10 ms / 50 MB/s per connection (MB/s)"] = {k: mb / v for k, v in t.items()}
 
@@ -251,8 +274,11 @@ def s5cmd_once_streams(work: Path, source: str, endpoint: str, streams: int) -> 
     out = work / "s5cmd-out"
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir()
-    elapsed = timed(lambda: s5cmd(endpoint, "cp", "--concurrency", str(streams),
-                                  "--part-size", "8", source, f"{out}/"))  # fmt: skip
+    elapsed = timed(
+        lambda: s5cmd(
+            endpoint, "cp", "--concurrency", str(streams), "--part-size", "8", source, f"{out}/"
+        )
+    )
     shutil.rmtree(out)
     return elapsed
 

@@ -231,11 +231,15 @@ class Cache:
             temp = self._path(tmp)
             try:
                 sql.export_query(
-                    db_url, query, temp,
+                    db_url,
+                    query,
+                    temp,
                     partition_on=partition_on if partitioned else None,
-                    partitions=partitions, allow_empty=allow_empty, compression=compression,
+                    partitions=partitions,
+                    allow_empty=allow_empty,
+                    compression=compression,
                     params=params,
-                )  # fmt: skip
+                )
                 size = checksum.tree_size(temp)
                 digest = checksum.path_checksum(temp, self.config.part_size)
                 _replace_tree(temp, final)
@@ -553,16 +557,27 @@ class Cache:
         try:
             try:
                 info = download(
-                    engine, key, temp, final, self.config,
-                    parts=parts, on_size=on_size, on_bytes=progress.update,
-                )  # fmt: skip
+                    engine,
+                    key,
+                    temp,
+                    final,
+                    self.config,
+                    parts=parts,
+                    on_size=on_size,
+                    on_bytes=progress.update,
+                )
             except DiskFullError as exc:
                 if not self._free_disk(exc.needed):
                     raise self._disk_full_error(key, exc.needed) from None
                 info = download(
-                    engine, key, temp, final, self.config,
-                    parts=parts, on_bytes=progress.update,
-                )  # fmt: skip
+                    engine,
+                    key,
+                    temp,
+                    final,
+                    self.config,
+                    parts=parts,
+                    on_bytes=progress.update,
+                )
         except BaseException:
             remove_file(temp)
             self.index.release(key)

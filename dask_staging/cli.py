@@ -140,8 +140,14 @@ def run(args) -> int:
     if args.command == "out" and args.table:
         from dask_staging.sql import write_table
 
-        rows = write_table(args.local, args.url, args.table, mode=args.mode,
-                           writers=args.writers, batch_rows=args.batch_rows)  # fmt: skip
+        rows = write_table(
+            args.local,
+            args.url,
+            args.table,
+            mode=args.mode,
+            writers=args.writers,
+            batch_rows=args.batch_rows,
+        )
         _emit(args, {"rows": rows, "table": args.table}, f"wrote {rows} rows to {args.table}")
         return 0
     if args.command == "out":
@@ -242,10 +248,14 @@ def cmd_verify(cache: Cache, args) -> int:
 
 def cmd_query(cache: Cache, args) -> int:
     path = cache.stage_query(
-        args.db_url, args.sql,
-        partition_on=args.partition_on, partitions=args.partitions,
-        ttl=args.ttl, version_query=args.version_query, allow_empty=args.allow_empty,
-    )  # fmt: skip
+        args.db_url,
+        args.sql,
+        partition_on=args.partition_on,
+        partitions=args.partitions,
+        ttl=args.ttl,
+        version_query=args.version_query,
+        allow_empty=args.allow_empty,
+    )
     _emit(args, {"path": path}, path)
     return 0
 

@@ -450,9 +450,13 @@ class CacheIndex:
         with self._write() as conn:
             conn.execute(
                 readers_table.insert(),
-                {"id": reader, "url": url, "owner": self.owner,
-                 "lease_until": time.time() + READER_LEASE},
-            )  # fmt: skip
+                {
+                    "id": reader,
+                    "url": url,
+                    "owner": self.owner,
+                    "lease_until": time.time() + READER_LEASE,
+                },
+            )
         return reader
 
     def remove_reader(self, reader: str) -> None:
@@ -487,9 +491,13 @@ class CacheIndex:
             self._user = uuid.uuid4().hex
             conn.execute(
                 users_table.insert(),
-                {"id": self._user, "owner": self.owner, "max_bytes": max_bytes,
-                 "lease_until": now + READER_LEASE},
-            )  # fmt: skip
+                {
+                    "id": self._user,
+                    "owner": self.owner,
+                    "max_bytes": max_bytes,
+                    "lease_until": now + READER_LEASE,
+                },
+            )
         return None
 
     def leave(self) -> None:

@@ -163,8 +163,9 @@ def submit_near(client, fn, url: str, *args, where: dict | None = None, **kwargs
     ``where`` is a :func:`locations` result to reuse across many submits.
     """
     holders = (where if where is not None else locations(client, [url])).get(url)
-    return client.submit(fn, url, *args, workers=holders or None,
-                         allow_other_workers=True, **kwargs)  # fmt: skip
+    return client.submit(
+        fn, url, *args, workers=holders or None, allow_other_workers=True, **kwargs
+    )
 
 
 def worker_stats(client) -> dict[str, dict]:

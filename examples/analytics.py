@@ -39,10 +39,12 @@ def make_sample_data(db_path: str) -> list[str]:
     for i in range(6):
         path = f"{BUCKET}/weather/part-{i:02d}.parquet"
         if not fs.exists(path):
-            frame = pd.DataFrame({
-                "station": rng.integers(0, 20, 100_000),
-                "temperature": rng.normal(12, 6, 100_000),
-            })  # fmt: skip
+            frame = pd.DataFrame(
+                {
+                    "station": rng.integers(0, 20, 100_000),
+                    "temperature": rng.normal(12, 6, 100_000),
+                }
+            )
             with fs.open(path, "wb") as f:
                 frame.to_parquet(f)
         urls.append(f"s3://{path}")

@@ -170,8 +170,16 @@ def toxiproxy(minio):
     for other in (api("GET", "/proxies") or {}).values():  # e.g. left by a benchmark
         if other["listen"].endswith(f":{TOXIC_S3_PORT}"):
             api("DELETE", f"/proxies/{other['name']}")
-    api("POST", "/proxies", {"name": name, "listen": f"127.0.0.1:{TOXIC_S3_PORT}",
-                             "upstream": upstream, "enabled": True})  # fmt: skip
+    api(
+        "POST",
+        "/proxies",
+        {
+            "name": name,
+            "listen": f"127.0.0.1:{TOXIC_S3_PORT}",
+            "upstream": upstream,
+            "enabled": True,
+        },
+    )
 
     class Proxy:
         endpoint = f"http://127.0.0.1:{TOXIC_S3_PORT}"

@@ -27,8 +27,12 @@ MiB = 1 << 20
 
 @pytest.fixture
 def cluster(s3_env):
-    with LocalCluster(n_workers=4, threads_per_worker=1, processes=True,
-                      dashboard_address=":0") as cluster, Client(cluster) as client:  # fmt: skip
+    with (
+        LocalCluster(
+            n_workers=4, threads_per_worker=1, processes=True, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster) as client,
+    ):
         yield client
 
 
@@ -101,8 +105,12 @@ def test_preload_reads_the_staging_config(s3_env, put, tmp_path, monkeypatch, ge
     monkeypatch.setenv("DASK_DISTRIBUTED__WORKER__PRELOAD", '["dask_staging.preload"]')
     dask.config.refresh()
     try:
-        with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                          dashboard_address=":0") as lc, Client(lc) as client:  # fmt: skip
+        with (
+            LocalCluster(
+                n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+            ) as lc,
+            Client(lc) as client,
+        ):
             roots = client.run(lambda dask_worker: str(dask_worker.extensions["staging"].root))
             assert set(roots.values()) == {str((tmp_path / "node-cache").resolve())}
             futures = client.map(read_staged, [url] * 4, pure=False)
@@ -149,10 +157,17 @@ def test_a_worker_killed_mid_stage_leaves_no_corrupt_entry(s3_env, put, cache_ro
     data = os.urandom(6 * MiB)
     url = put("plugin/killed.bin", data)
     toxiproxy.add("bandwidth", {"rate": 1024})  # ~6 s through the proxy
-    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
-                      dashboard_address=":0") as lc, Client(lc) as client:  # fmt: skip
-        client.register_plugin(StagingPlugin(root=str(cache_root), part_size="1 MiB",
-                                             s3={"endpoint_url": toxiproxy.endpoint}))  # fmt: skip
+    with (
+        LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0"
+        ) as lc,
+        Client(lc) as client,
+    ):
+        client.register_plugin(
+            StagingPlugin(
+                root=str(cache_root), part_size="1 MiB", s3={"endpoint_url": toxiproxy.endpoint}
+            )
+        )
         future = client.submit(read_staged, url, pure=False)
         deadline = time.time() + 60
         while not list((cache_root / "tmp").glob("*.part")) and time.time() < deadline:

@@ -25,8 +25,12 @@ def test_provider_info_matches_airflows_schema():
 
 def test_airflow_lists_the_provider_and_its_connection_type(airflow_db):
     airflow_cli = str(Path(sys.executable).with_name("airflow"))
-    out = subprocess.run([airflow_cli, "providers", "list", "--output", "json"],
-                         capture_output=True, text=True, env=os.environ)  # fmt: skip
+    out = subprocess.run(
+        [airflow_cli, "providers", "list", "--output", "json"],
+        capture_output=True,
+        text=True,
+        env=os.environ,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     names = [p["package_name"] for p in json.loads(out.stdout)]
     assert "airflow-exa-provider" in names

@@ -44,10 +44,11 @@ def test_single_flight_across_hosts(put, cache_root, index_url, get_count):
     barrier, results = ctx.Barrier(4), ctx.Queue()
     hosts = ["node-a", "node-b", "node-c", "node-d"]
     procs = [
-        ctx.Process(target=_workers.get_as_host,
-                    args=(h, str(cache_root), index_url, url, barrier, results))
+        ctx.Process(
+            target=_workers.get_as_host, args=(h, str(cache_root), index_url, url, barrier, results)
+        )
         for h in hosts
-    ]  # fmt: skip
+    ]
     before = get_count()
     for p in procs:
         p.start()

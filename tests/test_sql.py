@@ -204,23 +204,35 @@ def test_cli_query_and_out(pg_url, runs, cache_root, tmp_path, pg):
     cli = os.path.join(os.path.dirname(sys.executable), "dask-staging")
     r = subprocess.run(
         [cli, "query", pg_url, f"SELECT * FROM {runs}", "--root", str(cache_root), "--json"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     import json
 
     path = json.loads(r.stdout)["path"]
     r = subprocess.run(
         [cli, "out", path, pg_url, "--table", f"{prefix}_copy", "--mode", "create"],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     assert count(conn, f"{prefix}_copy") == ROWS
     r = subprocess.run(
-        [cli, "query", pg_url.replace("exa-pg-secret", "nope-pw"), "SELECT 1",
-         "--root", str(cache_root)],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            cli,
+            "query",
+            pg_url.replace("exa-pg-secret", "nope-pw"),
+            "SELECT 1",
+            "--root",
+            str(cache_root),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 1 and "password authentication failed" in r.stderr
     assert "nope-pw" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
@@ -231,8 +243,12 @@ def test_query_results_share_eviction_pinning_and_single_flight(pg_url, runs, ca
     cache = Cache(cache_root)
     query = f"SELECT * FROM {runs}"
     with ThreadPoolExecutor(4) as pool:
-        paths = set(pool.map(lambda _: cache.stage_query(pg_url, query, partition_on="id",
-                                                         partitions=2), range(4)))  # fmt: skip
+        paths = set(
+            pool.map(
+                lambda _: cache.stage_query(pg_url, query, partition_on="id", partitions=2),
+                range(4),
+            )
+        )
     assert len(paths) == 1 and cache.stats()["misses"] == 1  # one export for four callers
     single = cache.stage_query(pg_url, query)
     by_path = {str(cache_root.resolve() / e.path): e for e in cache.entries()}

@@ -63,9 +63,13 @@ class SlurmHook(BaseHook):
         if not conn.host:
             raise SlurmError(f"connection {self.slurm_conn_id!r} names no login node (host)")
         return SSHTarget(
-            host=conn.host, port=int(conn.port or 22), user=conn.login or None,
-            key_file=key_file, known_hosts=known_hosts, check_host_key=check,
-        )  # fmt: skip
+            host=conn.host,
+            port=int(conn.port or 22),
+            user=conn.login or None,
+            key_file=key_file,
+            known_hosts=known_hosts,
+            check_host_key=check,
+        )
 
     @cached_property
     def backend(self) -> SSHBackend:
@@ -75,9 +79,12 @@ class SlurmHook(BaseHook):
         return SSHBackend(await self.atarget())
 
     def submit(
-        self, *, command: str | None = None, script: str | None = None,
+        self,
+        *,
+        command: str | None = None,
+        script: str | None = None,
         options: dict | None = None,
-    ) -> str:  # fmt: skip
+    ) -> str:
         """Submit a batch job; returns its id."""
         job_id = self.backend.submit(render_script(command, script), options)
         self.log.info("submitted Slurm job %s on %s", job_id, self.target.describe())

@@ -95,11 +95,14 @@ class SlurmJobOperator(BaseOperator):
         if event["status"] == "running":  # more log to come: wait again from the new offset
             self.defer(
                 trigger=SlurmJobTrigger(
-                    job_id, self.slurm_conn_id, self.poll_interval,
-                    log_path=event.get("log_path"), log_offset=event["log_offset"],
+                    job_id,
+                    self.slurm_conn_id,
+                    self.poll_interval,
+                    log_path=event.get("log_path"),
+                    log_offset=event["log_offset"],
                 ),
                 method_name="execute_complete",
-            )  # fmt: skip
+            )
         return self._finish(job_id, event["state"], event["exit_code"], event.get("log_path"))
 
     def _log_chunk(self, job_id: str, chunk: str) -> None:

@@ -49,10 +49,14 @@ class SlurmJobSensor(BaseSensorOperator):
             raise SlurmJobFailed(event["message"])
         if event["status"] == "running":
             self.defer(
-                trigger=SlurmJobTrigger(self.job_id, self.slurm_conn_id, self.poke_interval,
-                                        log_offset=event["log_offset"]),
+                trigger=SlurmJobTrigger(
+                    self.job_id,
+                    self.slurm_conn_id,
+                    self.poke_interval,
+                    log_offset=event["log_offset"],
+                ),
                 method_name="execute_complete",
-            )  # fmt: skip
+            )
         if event["state"] != "COMPLETED" or event["exit_code"]:
             state, code = event["state"], event["exit_code"]
             raise SlurmJobFailed(f"Slurm job {self.job_id} ended {state} with exit code {code}")

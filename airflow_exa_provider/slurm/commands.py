@@ -11,9 +11,17 @@ import shlex
 from dataclasses import dataclass
 
 FINISHED = {
-    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
-    "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "REVOKED",
-}  # fmt: skip
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "PREEMPTED",
+    "OUT_OF_MEMORY",
+    "BOOT_FAIL",
+    "DEADLINE",
+    "REVOKED",
+}
 _OPTION = re.compile(r"^[a-z][a-z0-9-]*$")
 
 
@@ -107,8 +115,9 @@ def parse_status(output: str, job_ids: list[str]) -> dict[str, JobState]:
             job_id, state, exit_code = [*line.split("|"), "", ""][:3]
             job_id = job_id.split(".", 1)[0]
             if job_id in job_ids and job_id not in states:
-                states[job_id] = JobState(job_id, state.split()[0] if state else "UNKNOWN",
-                                          _exit_code(exit_code))  # fmt: skip
+                states[job_id] = JobState(
+                    job_id, state.split()[0] if state else "UNKNOWN", _exit_code(exit_code)
+                )
     for job_id in job_ids:
         states.setdefault(job_id, JobState(job_id, "UNKNOWN"))
     return states

@@ -51,15 +51,24 @@ def control_path(target: SSHTarget) -> str:
 def ssh_argv(target: SSHTarget, remote: list[str]) -> list[str]:
     """The ``ssh`` command line that runs ``remote`` (quoted) on ``target``."""
     argv = [
-        "ssh", "-p", str(target.port),
-        "-o", "BatchMode=yes",
-        "-o", f"ConnectTimeout={target.connect_timeout}",
-        "-o", "ControlMaster=auto",
-        "-o", f"ControlPath={control_path(target)}",
-        "-o", "ControlPersist=300",
-        "-o", "ServerAliveInterval=15",
-        "-o", f"StrictHostKeyChecking={'yes' if target.check_host_key else 'no'}",
-    ]  # fmt: skip
+        "ssh",
+        "-p",
+        str(target.port),
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        f"ConnectTimeout={target.connect_timeout}",
+        "-o",
+        "ControlMaster=auto",
+        "-o",
+        f"ControlPath={control_path(target)}",
+        "-o",
+        "ControlPersist=300",
+        "-o",
+        "ServerAliveInterval=15",
+        "-o",
+        f"StrictHostKeyChecking={'yes' if target.check_host_key else 'no'}",
+    ]
     if target.known_hosts:
         argv += ["-o", f"UserKnownHostsFile={target.known_hosts}"]
     if target.key_file:
@@ -86,9 +95,12 @@ class SSHBackend:
 
     def run(self, remote: list[str], *, stdin: str | None = None, what: str = "command") -> str:
         proc = subprocess.run(
-            ssh_argv(self.target, remote), input=stdin, capture_output=True, text=True,
+            ssh_argv(self.target, remote),
+            input=stdin,
+            capture_output=True,
+            text=True,
             timeout=self.target.connect_timeout + 120,
-        )  # fmt: skip
+        )
         if proc.returncode != 0:
             raise _failure(self.target, what, proc.returncode, proc.stderr)
         return proc.stdout
@@ -123,8 +135,14 @@ class SSHBackend:
         self.run(commands.scancel_args(job_id), what="scancel")
 
     def read_log(self, path: str, offset: int = 0) -> tuple[str, int]:
-        out = self.run(["sh", "-c", shlex.join(commands.read_from_args(path, offset))
-                        + " 2>/dev/null || true"], what="reading the log")  # fmt: skip
+        out = self.run(
+            [
+                "sh",
+                "-c",
+                shlex.join(commands.read_from_args(path, offset)) + " 2>/dev/null || true",
+            ],
+            what="reading the log",
+        )
         return out, offset + len(out.encode())
 
     async def aread_log(self, path: str, offset: int = 0) -> tuple[str, int]:

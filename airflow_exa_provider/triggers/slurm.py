@@ -132,8 +132,9 @@ class SlurmJobTrigger(BaseTrigger):
             except SlurmError as exc:
                 failures += 1
                 if failures > self.max_failures:
-                    yield TriggerEvent({"status": "error", "job_id": self.job_id,
-                                        "message": str(exc)})  # fmt: skip
+                    yield TriggerEvent(
+                        {"status": "error", "job_id": self.job_id, "message": str(exc)}
+                    )
                     return
                 self.log.warning("Slurm unreachable (%s); retrying", exc)
                 await asyncio.sleep(min(60.0, self.poll_interval * 2**failures) * random.random())

@@ -1,0 +1,1 @@
+../../dags/exa_pipeline.py
