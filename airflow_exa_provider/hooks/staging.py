@@ -173,6 +173,7 @@ class StagingHook(BaseHook):
         script = remote_script(env, argv)
         if self.run_on == "ssh":
             return slurm.backend.run(["sh", "-s"], stdin=script, what=argv[1])
+        slurm.backend.run(["mkdir", "-p", self.root], what="creating the cache root")
         job = slurm.submit(
             script="#!/bin/bash\n" + script, options={"output": f"{self.root}/.staging-%j.out"}
         )

@@ -1,0 +1,125 @@
+"""StagingHook where the data must land: here, over SSH on the login node, in a Slurm job."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from airflow_exa_provider.hooks.staging import StagingHook, remote_script
+from airflow_exa_provider.operators.staging import StageOutOperator
+from airflow_exa_provider.sensors.staging import StagedDataSensor
+from dask_staging import Cache
+from tests.conftest import MINIO_PASSWORD, MINIO_USER
+
+CLI = str(Path(sys.executable).with_name("dask-staging"))
+
+
+@pytest.fixture
+def aws_conn(s3_env, monkeypatch):
+    conn = {
+        "conn_type": "aws",
+        "login": MINIO_USER,
+        "password": MINIO_PASSWORD,
+        "extra": {"endpoint_url": s3_env},
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_EXA_S3_TEST", json.dumps(conn))
+    # the remote side must get credentials from the connection, not from this environment
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(name)
+    return "exa_s3_test"
+
+
+def test_remote_scripts_quote_everything():
+    script = remote_script(
+        {"AWS_SECRET_ACCESS_KEY": "a'b c$(x)"}, ["dask-staging", "stage", "s3://b/k y"]
+    )
+    assert "export AWS_SECRET_ACCESS_KEY='a'\"'\"'b c$(x)'" in script
+    assert script.strip().endswith("dask-staging stage 's3://b/k y'")
+    with pytest.raises(ValueError, match="run_on must be one of"):
+        StagingHook("/tmp", run_on="cloud")
+
+
+@pytest.mark.parametrize("run_on", ["local", "ssh", "slurm"])
+def test_stage_in_wherever_the_data_must_land(
+    run_on, put, aws_conn, slurm_conn, pg_url, runs_table, tmp_path, capsys
+):
+    url = put(f"hook/{run_on}.bin", b"x" * 4096)
+    root = str(tmp_path / f"cache-{run_on}")
+    hook = StagingHook(
+        root, run_on=run_on, aws_conn_id=aws_conn, slurm_conn_id=slurm_conn, remote_cli=CLI
+    )
+    paths = hook.stage_in(
+        [url], [{"name": "runs", "db_url": pg_url, "sql": f"SELECT * FROM {runs_table}"}]
+    )
+    assert Path(paths[url]).read_bytes() == b"x" * 4096
+    assert len(pd.read_parquet(paths["runs"])) == 5
+    cache = Cache(root)
+    assert cache.contains(url) and len(cache.entries()) == 2
+    assert MINIO_PASSWORD not in capsys.readouterr().out
+
+
+def test_stage_out_to_s3_and_postgres_over_ssh(
+    s3, bucket, aws_conn, slurm_conn, pg_url, pg, tmp_path
+):
+    _, prefix = pg
+    results = tmp_path / "results"
+    results.mkdir()
+    pd.DataFrame({"a": [1, 2, 3]}).to_parquet(results / "r.parquet")
+    hook = StagingHook(
+        str(tmp_path), run_on="ssh", aws_conn_id=aws_conn, slurm_conn_id=slurm_conn, remote_cli=CLI
+    )
+    hook.stage_out(str(results), f"s3://{bucket}/out/")
+    assert s3.exists(f"{bucket}/out/r.parquet")
+    assert hook.stage_out(
+        str(results / "r.parquet"), pg_url, table=f"{prefix}_r", mode="create"
+    ) == {"rows": 3, "table": f"{prefix}_r"}
+    op = StageOutOperator(task_id="o", source="x", target="exa_pg", table="t")
+    assert [a.uri for a in op.outlets] == ["postgres://exa_pg/t"]
+
+
+def test_staged_data_sensor(put, s3_env, tmp_path):
+    url = put("sensor/obj", b"1")
+    sensor = StagedDataSensor(task_id="s", urls=[url], root=str(tmp_path / "c"))
+    assert sensor.poke({}) is False
+    Cache(tmp_path / "c").get(url)
+    assert sensor.poke({}) is True
+
+
+@pytest.fixture
+def runs_table(pg):
+    conn, prefix = pg
+    with conn.cursor() as cur:
+        cur.execute(f"CREATE TABLE {prefix}_runs AS SELECT g AS id FROM generate_series(1, 5) g")
+    return f"{prefix}_runs"
+
+
+def test_dask_operator_with_a_dask_connection(monkeypatch, tmp_path):
+    from distributed import LocalCluster
+
+    from airflow_exa_provider.operators.dask import DaskOperator
+
+    def count_workers(client, extra):
+        return len(client.scheduler_info()["workers"]) + extra
+
+    with LocalCluster(
+        n_workers=2, processes=False, protocol="tcp", dashboard_address=":0"
+    ) as cluster:
+        host, port = cluster.scheduler_address.rsplit(":", 1)
+        monkeypatch.setenv(
+            "AIRFLOW_CONN_DASK_TEST",
+            json.dumps({"conn_type": "dask", "host": host.split("//")[1], "port": int(port)}),
+        )
+        op = DaskOperator(
+            task_id="d",
+            python_callable=count_workers,
+            op_args=[10],
+            dask_conn_id="dask_test",
+            staging_root=str(tmp_path / "c"),
+        )
+        assert op.execute({}) == 12
+    assert os.path.isdir(tmp_path / "c")
