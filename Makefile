@@ -19,7 +19,7 @@ $(VENV)/.installed: pyproject.toml requirements.lock
 venv: $(VENV)/.installed
 
 demo: venv
-	$(PY) -m dask_staging.demo
+	$(PY) -m airflow_exa_provider.demo --dags dags
 
 test: venv
 	@scripts/services.sh up

@@ -8,7 +8,8 @@ and to a PostgreSQL table.  ``exa_report`` runs whenever the S3 results change.
 Connections: ``exa_s3`` (aws: login, password, extra.endpoint_url),
 ``exa_pg`` (postgres) and ``exa_slurm`` (slurm).  Environment:
 ``EXA_PIPELINE_BUCKET``, ``EXA_PIPELINE_ROOT`` (cache root on the cluster),
-``EXA_PIPELINE_SLURM=0`` to skip the Slurm step (``make demo`` does).
+``EXA_PIPELINE_SLURM=0`` to skip the Slurm step and ``EXA_PIPELINE_DB_URL``
+to use a database URL instead of ``exa_pg`` (``make demo`` does both).
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ BUCKET = os.environ.get("EXA_PIPELINE_BUCKET", "exa-pipeline")
 ROOT = os.environ.get("EXA_PIPELINE_ROOT", "/tmp/exa-pipeline-cache")
 USE_SLURM = os.environ.get("EXA_PIPELINE_SLURM", "1") == "1"
 PARTS = int(os.environ.get("EXA_PIPELINE_PARTS", "4"))
+DB_URL = os.environ.get("EXA_PIPELINE_DB_URL")  # instead of the exa_pg connection (make demo)
+DB = {"db_url": DB_URL} if DB_URL else {"db_conn_id": "exa_pg"}
 RESULTS = Asset(f"s3://{BUCKET}/results/")
 SCRIPT = os.path.join(os.path.dirname(os.path.realpath(__file__)), "scripts", "station_means.py")
 
@@ -58,11 +61,7 @@ def exa_pipeline():
         task_id="stage_in",
         urls=[f"s3://{BUCKET}/weather/part-{i:02d}.parquet" for i in range(PARTS)],
         queries=[
-            {
-                "name": "stations",
-                "db_conn_id": "exa_pg",
-                "sql": "SELECT station, name FROM stations ORDER BY station",
-            }
+            {"name": "stations", "sql": "SELECT station, name FROM stations ORDER BY station", **DB}
         ],
         root=ROOT,
         aws_conn_id="exa_s3",
@@ -86,7 +85,7 @@ def exa_pipeline():
     to_pg = StageOutOperator(
         task_id="stage_out_pg",
         source=f"{ROOT}/results/dask/station_means.parquet",
-        target="exa_pg",
+        target=DB_URL or "exa_pg",
         table="station_means",
         mode="replace",
     )

@@ -10,6 +10,17 @@ from airflow.sdk import Asset, BaseOperator
 from airflow_exa_provider.hooks.staging import StagingHook
 
 
+def asset_uri(target: str, table: str | None = None) -> str:
+    """The Asset a stage-out produces: the S3 URL, or ``scheme://host/db/table``
+    (never with credentials) for a table; a bare connection id becomes ``postgres://<id>``."""
+    if not table:
+        return target
+    if "://" not in target:
+        return f"postgres://{target}/{table}"
+    scheme, rest = target.split("://", 1)
+    return f"{scheme.split('+')[0]}://{rest.split('@')[-1].rstrip('/')}/{table}"
+
+
 class _StagingOperator(BaseOperator):
     """Where staging runs: ``root`` on this machine, over SSH, or in a Slurm job."""
 
@@ -101,9 +112,7 @@ class StageOutOperator(_StagingOperator):
         **kwargs: Any,
     ):
         if "outlets" not in kwargs and "{{" not in target:
-            uri = f"postgres://{target.split('@')[-1]}/{table}" if table else target
-            if "://" in uri or table:
-                kwargs["outlets"] = [Asset(uri if "://" in uri else f"postgres://{uri}")]
+            kwargs["outlets"] = [Asset(asset_uri(target, table))]
         super().__init__(**kwargs)
         self.source, self.target, self.table = source, target, table
         self.mode, self.writers = mode, writers
