@@ -91,11 +91,10 @@ def main(argv=None) -> int:
         for ti in sorted(run.get_task_instances(), key=lambda t: t.start_date or 0):
             seconds = ti.duration or 0
             value = ti.xcom_pull(task_ids=ti.task_id)
-            shown = json.dumps(value, default=str)
-            print(
-                f"  {ti.task_id:14s} {ti.state:8s} {seconds:5.1f} s  -> "
-                f"{shown[:200]}{'...' if len(shown) > 200 else ''}"
-            )
+            print(f"  {ti.task_id:16s} {ti.state:8s} {seconds:5.1f} s")
+            items = value.items() if isinstance(value, dict) else [("result", value)]
+            for name, where in items:
+                print(f"      {name} -> {json.dumps(where, default=str)[:150]}")
         failed |= run.state != "success"
     print(f"\ncache on this 'node': {os.environ['EXA_PIPELINE_ROOT']}")
     print(
