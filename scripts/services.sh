@@ -52,6 +52,14 @@ wait_http() {  # url seconds
   done
 }
 
+wait_http_any() {  # url seconds: any HTTP answer (even 401) means the server is up
+  local url=$1 deadline=$((SECONDS + $2))
+  until curl -s -o /dev/null "$url" 2>/dev/null; do
+    [ $SECONDS -lt $deadline ] || { log "timed out waiting for $url"; return 1; }
+    sleep 0.2
+  done
+}
+
 running() { [ -f "$state/$1.pid" ] && kill -0 "$(cat "$state/$1.pid")" 2>/dev/null; }
 
 start() {  # name command...
@@ -109,9 +117,10 @@ down_postgres() {
 up_slurm() {
   # A single-node Slurm (slurmctld + slurmd) with munge, state in $state/slurm.
   local dir="$state/slurm"
-  if ! command -v slurmctld >/dev/null; then
-    log "installing Slurm and munge (apt)"
-    apt-get install -y -q --no-install-recommends slurm-wlm munge >/dev/null
+  if ! command -v slurmrestd >/dev/null; then
+    log "installing Slurm, slurmrestd and munge (apt)"
+    apt-get install -y -q --no-install-recommends slurm-wlm munge slurmrestd \
+      slurm-wlm-jwt-plugin >/dev/null
   fi
   if [ -f "$dir/slurmctld.pid" ] && kill -0 "$(cat "$dir/slurmctld.pid")" 2>/dev/null; then
     log "slurm already running"; return 0
@@ -123,6 +132,8 @@ up_slurm() {
     chown munge: /etc/munge/munge.key; chmod 400 /etc/munge/munge.key
   fi
   pgrep -x munged >/dev/null || runuser -u munge -- /usr/sbin/munged
+  [ -s "$dir/jwt.key" ] || { dd if=/dev/urandom of="$dir/jwt.key" bs=32 count=1 2>/dev/null;
+    chmod 600 "$dir/jwt.key"; }
   local cpus mem
   cpus=$(nproc); mem=$(( $(awk '/MemTotal/{print $2}' /proc/meminfo) / 1024 - 1024 ))
   cat >"$dir/slurm.conf" <<CONF
@@ -132,6 +143,8 @@ SlurmUser=root
 SlurmctldPort=${SLURMCTLD_PORT:-6817}
 SlurmdPort=${SLURMD_PORT:-6818}
 AuthType=auth/munge
+AuthAltTypes=auth/jwt
+AuthAltParameters=jwt_key=$dir/jwt.key
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
@@ -159,7 +172,11 @@ CONF
     [ $SECONDS -lt $deadline ] || { log "slurm did not become ready; see $dir/log"; return 1; }
     sleep 0.3
   done
-  log "slurm ready (SLURM_CONF=$dir/slurm.conf)"
+  SLURM_JWT=daemon nohup slurmrestd -f "$dir/slurm.conf" -a rest_auth/jwt -s openapi/v0.0.38 \
+    -u nobody "127.0.0.1:${SLURMRESTD_PORT:-6820}" >"$dir/log/slurmrestd.log" 2>&1 &
+  echo $! >"$dir/slurmrestd.pid"
+  wait_http_any "http://127.0.0.1:${SLURMRESTD_PORT:-6820}/openapi" 30
+  log "slurm ready (SLURM_CONF=$dir/slurm.conf, slurmrestd on 127.0.0.1:${SLURMRESTD_PORT:-6820})"
 }
 
 up_sshd() {
@@ -203,7 +220,7 @@ down_sshd() {
 
 down_slurm() {
   local dir="$state/slurm"
-  for d in slurmd slurmctld; do
+  for d in slurmrestd slurmd slurmctld; do
     [ -f "$dir/$d.pid" ] && kill "$(cat "$dir/$d.pid")" 2>/dev/null
   done
   sleep 0.5
@@ -231,6 +248,7 @@ export EXA_TOXIC_S3_PORT=$TOXIC_S3_PORT
 export EXA_TOOLS=$tools
 export EXA_PG_URL=postgresql://postgres:$PG_PASSWORD@127.0.0.1:$PG_PORT/postgres
 export SLURM_CONF=$state/slurm/slurm.conf
+export EXA_SLURMRESTD_URL=http://127.0.0.1:${SLURMRESTD_PORT:-6820}
 export EXA_SSH_HOST=127.0.0.1
 export EXA_SSH_PORT=$SSH_PORT
 export EXA_SSH_USER=$(id -un)

@@ -189,3 +189,59 @@ def test_dags_run_with_dag_test(slurm_conn, airflow_db):
     failed = bag.get_dag("exa_test_slurm_fails").test()
     [ti] = failed.get_task_instances()
     assert ti.state == "failed"
+
+
+@pytest.fixture
+def rest_conn(login_node, monkeypatch):
+    """A ``slurm`` connection to slurmrestd with a fresh JWT from ``scontrol token``."""
+    import subprocess
+
+    url = os.environ.get("EXA_SLURMRESTD_URL", "http://127.0.0.1:6820")
+    out = subprocess.run(
+        ["scontrol", "token", "username=root", "lifespan=3600"], capture_output=True, text=True
+    )
+    if out.returncode != 0:
+        pytest.fail(f"cannot get a Slurm JWT: {out.stderr.strip()}")
+    token = out.stdout.strip().split("=", 1)[1]
+    conn = {
+        "conn_type": "slurm",
+        "login": "root",
+        "password": token,
+        "extra": {"rest_url": url, "api_version": "v0.0.38"},
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_SLURM_REST", json.dumps(conn))
+    return "slurm_rest", token
+
+
+def test_rest_backend_submit_state_cancel(rest_conn):
+    conn_id, _ = rest_conn
+    hook = SlurmHook(conn_id)
+    job = hook.submit(
+        command="echo over rest; exit 4",
+        options={"job_name": "rest test", "output": "/tmp/exa-rest-%j.out", "time": "00:05:00"},
+    )
+    state = wait_done(hook, job)
+    assert (state.state, state.exit_code) == ("FAILED", 4)
+    assert state.stdout == f"/tmp/exa-rest-{job}.out"
+    long = hook.submit(command="sleep 120")
+    hook.cancel(long)
+    assert wait_done(hook, long).state == "CANCELLED"
+    with pytest.raises(ValueError, match="not supported over slurmrestd"):
+        hook.submit(command="true", options={"gres": "gpu:1"})
+
+
+def test_rest_backend_in_a_trigger_and_bad_token(rest_conn, monkeypatch):
+    conn_id, token = rest_conn
+    job = SlurmHook(conn_id).submit(command="sleep 1")
+
+    async def watch():
+        return await anext(SlurmJobTrigger(job, conn_id, poll_interval=0.3).run())
+
+    event = asyncio.run(watch())
+    assert event.payload["status"] == "finished" and event.payload["state"] == "COMPLETED"
+    bad = json.loads(os.environ["AIRFLOW_CONN_SLURM_REST"])
+    bad["password"] = "not-a-valid-jwt-token"
+    monkeypatch.setenv("AIRFLOW_CONN_SLURM_BADJWT", json.dumps(bad))
+    with pytest.raises(SlurmError, match=r"slurmrestd .* failed") as info:
+        SlurmHook("slurm_badjwt").state("1")
+    assert "not-a-valid-jwt-token" not in str(info.value) and token not in str(info.value)

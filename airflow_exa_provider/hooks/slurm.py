@@ -10,6 +10,7 @@ from functools import cached_property
 from airflow.sdk import BaseHook
 
 from airflow_exa_provider.slurm.commands import JobState, SlurmError, render_script
+from airflow_exa_provider.slurm.rest import RESTBackend, RESTTarget
 from airflow_exa_provider.slurm.ssh import SSHBackend, SSHTarget
 
 
@@ -26,7 +27,8 @@ class SlurmHook(BaseHook):
 
     SSH (default): host/port/login of the login node; ``extra`` holds
     ``key_file`` or ``private_key``, and ``known_hosts`` or ``host_key``.
-    Host keys are checked unless ``check_host_key`` is false.
+    Host keys are checked unless ``check_host_key`` is false.  REST: ``extra``
+    has ``rest_url`` (and ``api_version``); the password is the JWT.
     """
 
     conn_name_attr = "slurm_conn_id"
@@ -38,17 +40,10 @@ class SlurmHook(BaseHook):
         super().__init__(**kwargs)
         self.slurm_conn_id = slurm_conn_id
 
-    @cached_property
-    def target(self) -> SSHTarget:
-        return self.target_from(self.get_connection(self.slurm_conn_id))
-
-    async def atarget(self) -> SSHTarget:
-        """:attr:`target`, for use inside a trigger's event loop."""
-        if "target" not in self.__dict__:
-            self.__dict__["target"] = self.target_from(
-                await self.aget_connection(self.slurm_conn_id)
-            )
-        return self.__dict__["target"]
+    @property
+    def target(self):
+        """Where the jobs run (an SSH login node or a slurmrestd URL)."""
+        return self.backend.target
 
     def target_from(self, conn) -> SSHTarget:
         extra = conn.extra_dejson
@@ -72,11 +67,23 @@ class SlurmHook(BaseHook):
         )
 
     @cached_property
-    def backend(self) -> SSHBackend:
-        return SSHBackend(self.target)
+    def backend(self) -> SSHBackend | RESTBackend:
+        return self.backend_from(self.get_connection(self.slurm_conn_id))
 
-    async def abackend(self) -> SSHBackend:
-        return SSHBackend(await self.atarget())
+    async def abackend(self) -> SSHBackend | RESTBackend:
+        """:attr:`backend`, for use inside a trigger's event loop."""
+        return self.backend_from(await self.aget_connection(self.slurm_conn_id))
+
+    def backend_from(self, conn) -> SSHBackend | RESTBackend:
+        extra = conn.extra_dejson
+        if extra.get("rest_url"):
+            if not conn.password:
+                raise SlurmError(f"connection {self.slurm_conn_id!r} has a rest_url but no JWT")
+            target = RESTTarget(
+                extra["rest_url"], conn.login or "root", extra.get("api_version") or "v0.0.38"
+            )
+            return RESTBackend(target, conn.password)
+        return SSHBackend(self.target_from(conn))
 
     def submit(
         self,
