@@ -245,3 +245,27 @@ def test_rest_backend_in_a_trigger_and_bad_token(rest_conn, monkeypatch):
     with pytest.raises(SlurmError, match=r"slurmrestd .* failed") as info:
         SlurmHook("slurm_badjwt").state("1")
     assert "not-a-valid-jwt-token" not in str(info.value) and token not in str(info.value)
+
+
+def test_trigger_survives_a_slurmctld_restart(slurm_conn):
+    import signal
+    import subprocess
+
+    conf = os.environ["SLURM_CONF"]
+    pid_file = os.path.join(os.path.dirname(conf), "slurmctld.pid")
+    hook = SlurmHook(slurm_conn)
+    job = hook.submit(command="sleep 4")
+
+    async def watch_through_restart():
+        task = asyncio.ensure_future(anext(SlurmJobTrigger(job, slurm_conn, 0.5).run()))
+        await asyncio.sleep(1.0)
+        with open(pid_file) as f:
+            os.kill(int(f.read()), signal.SIGTERM)  # the controller goes away mid-poll
+        await asyncio.sleep(2.0)
+        assert not task.done()
+        subprocess.run(["slurmctld", "-f", conf], check=True)
+        return await asyncio.wait_for(task, 60)
+
+    event = asyncio.run(watch_through_restart())
+    assert event.payload["state"] == "COMPLETED"
+    assert subprocess.run(["scontrol", "ping"], capture_output=True, text=True).returncode == 0
