@@ -5,6 +5,19 @@ from __future__ import annotations
 from airflow_exa_provider import __version__
 
 _STRING = {"type": ["string", "null"]}
+INTEGRATIONS = {
+    "Slurm": "https://slurm.schedmd.com/",
+    "Exa staging": "https://pypi.org/project/airflow-exa-provider/",
+    "Dask": "https://docs.dask.org/",
+}
+_NAMES = {"slurm": "Slurm", "staging": "Exa staging", "dask": "Dask"}
+
+
+def _modules(layer: str, **modules: str) -> list[dict]:
+    return [
+        {"integration-name": _NAMES[key], "python-modules": [f"airflow_exa_provider.{layer}.{mod}"]}
+        for key, mod in modules.items()
+    ]
 
 
 def get_provider_info() -> dict:
@@ -14,32 +27,34 @@ def get_provider_info() -> dict:
         "description": "Stage S3 objects and SQL query results onto HPC and cloud nodes, run "
         "Slurm jobs and Dask computations on them, and stage the results out.",
         "versions": [__version__],
-        "hooks": [
-            {"integration-name": "Slurm", "python-modules": ["airflow_exa_provider.hooks.slurm"]},
-        ],
-        "operators": [
-            {
-                "integration-name": "Slurm",
-                "python-modules": ["airflow_exa_provider.operators.slurm"],
-            },
-        ],
-        "sensors": [
-            {"integration-name": "Slurm", "python-modules": ["airflow_exa_provider.sensors.slurm"]},
-        ],
-        "triggers": [
-            {
-                "integration-name": "Slurm",
-                "python-modules": ["airflow_exa_provider.triggers.slurm"],
-            },
-        ],
+        "hooks": _modules("hooks", slurm="slurm", staging="staging", dask="dask"),
+        "operators": _modules("operators", slurm="slurm", staging="staging", dask="dask"),
+        "sensors": _modules("sensors", slurm="slurm", staging="staging"),
+        "triggers": _modules("triggers", slurm="slurm", staging="staging"),
         "integrations": [
-            {
-                "integration-name": "Slurm",
-                "external-doc-url": "https://slurm.schedmd.com/",
-                "tags": ["software"],
-            },
+            {"integration-name": name, "external-doc-url": url, "tags": ["software"]}
+            for name, url in INTEGRATIONS.items()
         ],
         "connection-types": [
+            {
+                "connection-type": "dask",
+                "hook-class-name": "airflow_exa_provider.hooks.dask.DaskHook",
+                "hook-name": "Dask",
+                "conn-fields": {
+                    "protocol": {
+                        "label": "Protocol",
+                        "schema": {"type": ["string", "null"], "default": "tcp"},
+                    },
+                    "tls_ca_file": {"label": "TLS CA file", "schema": _STRING},
+                    "tls_client_cert": {"label": "TLS client certificate", "schema": _STRING},
+                    "tls_client_key": {"label": "TLS client key", "schema": _STRING},
+                },
+                "ui-field-behaviour": {
+                    "hidden-fields": ["schema", "login", "password"],
+                    "relabeling": {"host": "Scheduler host"},
+                    "placeholders": {"port": "8786"},
+                },
+            },
             {
                 "connection-type": "slurm",
                 "hook-class-name": "airflow_exa_provider.hooks.slurm.SlurmHook",

@@ -176,7 +176,6 @@ def test_a_worker_killed_mid_stage_leaves_no_corrupt_entry(s3_env, put, cache_ro
             os._exit, 1, on_error="ignore"
         )  # the worker dies mid-download; its nanny starts another
         assert not Cache(cache_root).contains(url)
-        toxiproxy.remove("bandwidth_downstream")
         client.wait_for_workers(1, timeout=60)
         assert future.result(timeout=120) == 6 * MiB  # retried on the new worker
 

@@ -123,3 +123,46 @@ def test_dask_operator_with_a_dask_connection(monkeypatch, tmp_path):
         )
         assert op.execute({}) == 12
     assert os.path.isdir(tmp_path / "c")
+
+
+def test_staged_data_trigger(put, s3_env, tmp_path):
+    import asyncio
+
+    from airflow_exa_provider.triggers.staging import StagedDataTrigger
+
+    url = put("sensor/deferred", b"1")
+    root = str(tmp_path / "c")
+    trigger = StagedDataTrigger([url], root, poll_interval=0.1)
+    assert trigger.serialize() == (
+        "airflow_exa_provider.triggers.staging.StagedDataTrigger",
+        {"urls": [url], "root": root, "index_url": None, "poll_interval": 0.1},
+    )
+
+    async def wait_then_stage():
+        waiter = asyncio.ensure_future(anext(trigger.run()))
+        await asyncio.sleep(0.3)
+        assert not waiter.done()
+        await asyncio.to_thread(lambda: Cache(root).get(url))
+        return await asyncio.wait_for(waiter, 10)
+
+    assert asyncio.run(wait_then_stage()).payload == {"status": "success", "urls": [url]}
+
+
+def test_dask_hook_with_an_ephemeral_slurm_cluster(login_node, tmp_path):
+    from airflow_exa_provider.hooks.dask import DaskHook
+
+    hook = DaskHook(
+        cluster="slurm",
+        n_workers=1,
+        staging_root=str(tmp_path / "node"),
+        cluster_options={
+            "scheduler_options": {"host": "127.0.0.1"},
+            "worker_extra_args": ["--host", "127.0.0.1"],
+            "memory": "1GB",
+        },
+    )
+    with hook.client() as client:
+        [worker] = client.scheduler_info()["workers"].values()
+        assert worker["host"] == "127.0.0.1"
+        roots = client.run(lambda dask_worker: str(dask_worker.extensions["staging"].root))
+        assert list(roots.values()) == [str((tmp_path / "node").resolve())]

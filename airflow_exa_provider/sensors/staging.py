@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from airflow.sdk import BaseSensorOperator
+from airflow.sdk import BaseSensorOperator, conf
+
+from airflow_exa_provider.triggers.staging import StagedDataTrigger, missing
 
 
 class StagedDataSensor(BaseSensorOperator):
@@ -13,20 +15,33 @@ class StagedDataSensor(BaseSensorOperator):
 
     template_fields: Sequence[str] = ("urls", "root")
 
-    def __init__(self, *, urls: list[str], root: str, index_url: str | None = None, **kwargs: Any):
+    def __init__(
+        self,
+        *,
+        urls: list[str],
+        root: str,
+        index_url: str | None = None,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        **kwargs: Any,
+    ):
         super().__init__(**kwargs)
         self.urls, self.root, self.index_url = urls, root, index_url
+        self.deferrable = deferrable
+
+    def execute(self, context) -> None:
+        if self.deferrable and not self.poke(context):
+            self.defer(
+                trigger=StagedDataTrigger(self.urls, self.root, self.index_url, self.poke_interval),
+                method_name="execute_complete",
+            )
+        super().execute(context)
 
     def poke(self, context) -> bool:
-        from dask_staging import Cache
+        left = missing(self.root, self.urls, self.index_url)
+        if left:
+            self.log.info("%d of %d not cached yet, e.g. %s", len(left), len(self.urls), left[0])
+        return not left
 
-        cache = Cache(self.root, index_url=self.index_url)
-        try:
-            missing = [url for url in self.urls if not cache.contains(url)]
-        finally:
-            cache.close()
-        if missing:
-            self.log.info(
-                "%d of %d not cached yet, e.g. %s", len(missing), len(self.urls), missing[0]
-            )
-        return not missing
+    def execute_complete(self, context, event: dict) -> None:
+        if event["status"] != "success":
+            raise RuntimeError(f"waiting for staged data failed: {event['message']}")
