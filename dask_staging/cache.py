@@ -32,6 +32,7 @@ from dask_staging.errors import (
     CacheFullError,
     DiskFullError,
     EntryInUseError,
+    RemoteNotFoundError,
     StagingError,
 )
 from dask_staging.index import READY, CacheIndex, Entry
@@ -174,15 +175,34 @@ class Cache:
     def stage(self, urls: Iterable[str], *, callback: Callback | None = None) -> dict[str, str]:
         """Stage many URLs in parallel; returns ``{url: local path}``.
 
-        ``callback`` is an :class:`fsspec.callbacks.Callback` told the total
-        size as it becomes known and every byte that arrives.
+        A URL ending in ``/`` is a prefix: every object under it is staged
+        and appears in the result under its own URL.  ``callback`` is an
+        :class:`fsspec.callbacks.Callback` told the total size as it becomes
+        known and every byte that arrives.
         """
-        keys = {url: layout.normalize_url(url) for url in urls}
+        keys = {url: layout.normalize_url(url) for url in self._expand(urls)}
         found = self._hits(set(keys.values()))
         missing = [key for key, path in found.items() if path is None]
         if missing:
             found.update(self._stage_missing(missing, callback or NoOpCallback()))
         return {url: found[key] for url, key in keys.items()}
+
+    def _expand(self, urls: Iterable[str]) -> list[str]:
+        """``urls`` with every prefix (``…/``) replaced by the objects under it."""
+        out = []
+        for url in urls:
+            if not url.endswith("/"):
+                out.append(url)
+                continue
+            import fsspec
+
+            protocol = url.split("://", 1)[0]
+            fs = fsspec.filesystem(protocol, **self.storage_options.get(protocol, {}))
+            found = fs.find(url)
+            if not found:
+                raise RemoteNotFoundError(f"no objects under {url}")
+            out += [f"{protocol}://{path}" for path in found]
+        return out
 
     def stage_query(
         self,

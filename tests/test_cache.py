@@ -278,3 +278,12 @@ def test_a_forked_child_can_use_its_parents_cache(put, cache_root):
     child.join(30)
     assert child.exitcode == 0
     assert read(cache.get(second)) == big
+
+
+def test_prefixes_stage_every_object_under_them(put, bucket, cache_root):
+    urls = [put(f"prefix/dir/{name}", name.encode()) for name in ("a", "b", "sub/c")]
+    paths = Cache(cache_root).stage([f"s3://{bucket}/prefix/dir/"])
+    assert sorted(paths) == sorted(urls)
+    assert read(paths[urls[2]]) == b"sub/c"
+    with pytest.raises(RemoteNotFoundError, match="no objects under"):
+        Cache(cache_root).stage([f"s3://{bucket}/nothing-here/"])

@@ -18,7 +18,9 @@ def test_provider_info_matches_airflows_schema():
     schema = json.loads((Path(airflow.__file__).parent / "provider_info.schema.json").read_text())
     info = get_provider_info()
     jsonschema.validate(info, schema)
-    [slurm] = info["connection-types"]
+    types = {c["connection-type"]: c for c in info["connection-types"]}
+    assert set(types) == {"slurm", "dask"}
+    slurm = types["slurm"]
     assert slurm["conn-fields"]["check_host_key"]["schema"]["default"] is True
     assert slurm["conn-fields"]["private_key"]["schema"]["format"] == "password"
 
@@ -37,5 +39,5 @@ def test_airflow_lists_the_provider_and_its_connection_type(airflow_db):
     from airflow.providers_manager import ProvidersManager
 
     manager = ProvidersManager()
-    assert "slurm" in manager.hooks
+    assert "slurm" in manager.hooks and "dask" in manager.hooks
     assert "extra__slurm__known_hosts" in manager.connection_form_widgets
