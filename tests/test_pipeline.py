@@ -49,7 +49,7 @@ def pipeline_env(s3, s3_env, pg, pg_url, slurm_conn, monkeypatch, tmp_path):
         cur.execute("DROP TABLE IF EXISTS stations; DROP TABLE IF EXISTS station_means")
 
 
-def test_exa_pipeline_and_the_asset_scheduled_report(pipeline_env, airflow_db, s3, pg):
+def test_exa_pipeline_and_the_asset_scheduled_report(pipeline_env, airflow_db, s3, pg, capfd):
     from airflow.dag_processing.dagbag import DagBag
 
     bag = DagBag(os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
@@ -82,3 +82,7 @@ def test_exa_pipeline_and_the_asset_scheduled_report(pipeline_env, airflow_db, s
     report_run = report.test()
     [ti] = report_run.get_task_instances()
     assert ti.state == "success"
+    out, err = capfd.readouterr()  # everything the tasks logged
+    assert "DAG TEST" in out + err
+    for secret in (MINIO_PASSWORD, "exa-pg-secret"):
+        assert secret not in out + err
