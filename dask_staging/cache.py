@@ -574,30 +574,17 @@ class Cache:
             if self.max_bytes is not None:
                 self._make_room(key, info.size)
 
+        def attempt(on_size=None) -> ObjectInfo:
+            return download(engine, key, temp, final, self.config, parts=parts,
+                            on_size=on_size, on_bytes=progress.update)  # fmt: skip
+
         try:
             try:
-                info = download(
-                    engine,
-                    key,
-                    temp,
-                    final,
-                    self.config,
-                    parts=parts,
-                    on_size=on_size,
-                    on_bytes=progress.update,
-                )
-            except DiskFullError as exc:
+                info = attempt(on_size)
+            except DiskFullError as exc:  # make room on the disk, then try once more
                 if not self._free_disk(exc.needed):
                     raise self._disk_full_error(key, exc.needed) from None
-                info = download(
-                    engine,
-                    key,
-                    temp,
-                    final,
-                    self.config,
-                    parts=parts,
-                    on_bytes=progress.update,
-                )
+                info = attempt()
         except BaseException:
             remove_file(temp)
             self.index.release(key)
