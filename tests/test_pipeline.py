@@ -83,6 +83,6 @@ def test_exa_pipeline_and_the_asset_scheduled_report(pipeline_env, airflow_db, s
     [ti] = report_run.get_task_instances()
     assert ti.state == "success"
     out, err = capfd.readouterr()  # everything the tasks logged
-    assert "DAG TEST" in out + err
+    assert "dag_id=exa_pipeline" in out + err  # the run was logged here
     for secret in (MINIO_PASSWORD, "exa-pg-secret"):
         assert secret not in out + err
