@@ -32,23 +32,29 @@ def test_parse_sbatch():
         commands.parse_sbatch("sbatch: error: Batch job submission failed")
 
 
-def test_parse_status_scontrol_and_sacct_fallback():
+def test_parse_status_squeue_then_scontrol_then_sacct():
     out = (
-        "JobId=5 JobName=x UserId=root(0) JobState=RUNNING Reason=None ExitCode=0:0 "
-        "StdOut=/home/u/slurm-5.out\n"
+        "SQUEUE|4|PENDING|Resources|/home/u/slurm-4.out\n"
+        "SQUEUE|5|RUNNING|None|/home/u/slurm-5.out\n"
+        "SQUEUE|8|COMPLETED|None|/o\n"
         "SACCT 6\n6|FAILED|3:0\n6.batch|FAILED|3:0\n"
         "SACCT 7\n"
         "JobId=8 JobState=CANCELLED Reason=None ExitCode=0:15 StdOut=/o\n"
+        "JobId=9 JobState=RUNNING Reason=None ExitCode=0:0 StdOut=/p\n"
     )
-    states = commands.parse_status(out, ["5", "6", "7", "8"])
+    states = commands.parse_status(out, ["4", "5", "6", "7", "8"])
+    assert list(states) == ["4", "5", "6", "7", "8"]  # only the jobs asked about
+    assert (states["4"].state, states["4"].reason) == ("PENDING", "Resources")
     assert states["5"].state == "RUNNING" and states["5"].stdout == "/home/u/slurm-5.out"
     assert (states["6"].state, states["6"].exit_code, states["6"].finished) == ("FAILED", 3, True)
     assert states["7"].state == "UNKNOWN" and not states["7"].finished
-    assert states["8"].finished and not states["8"].succeeded
+    # scontrol's answer (with the exit code) wins over squeue's for a finished job
+    assert states["8"].state == "CANCELLED" and states["8"].finished and not states["8"].succeeded
 
 
 def test_status_script_batches_and_validates_ids():
     script = commands.status_script(["1", "22", "333"])
+    assert script.count("squeue") == 1 and "-j 1,22,333" in script
     assert "for j in 1 22 333;" in script and script.count("scontrol") == 1
     with pytest.raises(ValueError, match="not a Slurm job id"):
         commands.status_script(["1; reboot"])

@@ -80,15 +80,40 @@ def parse_sbatch(stdout: str) -> str:
     return job_id
 
 
+ACTIVE = {
+    "PENDING",
+    "RUNNING",
+    "CONFIGURING",
+    "COMPLETING",
+    "SUSPENDED",
+    "REQUEUED",
+    "RESIZING",
+    "SIGNALING",
+    "STAGE_OUT",
+    "STOPPED",
+}
+_SQUEUE_FORMAT = "JobID:|,State:|,Reason:|,STDOUT:"
+
+
 def status_script(job_ids: list[str]) -> str:
-    """One shell snippet that reports every job: ``scontrol`` first, ``sacct`` when
-    the controller has forgotten the job (works without slurmdbd via jobcomp)."""
+    """One shell snippet that reports every job in one round trip.
+
+    ``squeue`` answers for all queued and running jobs in a single call to the
+    controller; only jobs it does not show as active are asked of ``scontrol``
+    (exit codes of recently finished jobs), then of ``sacct`` when the
+    controller has forgotten them (works without slurmdbd via jobcomp).
+    """
     for job_id in job_ids:
         if not str(job_id).isdigit():
             raise ValueError(f"{job_id!r} is not a Slurm job id")
     ids = " ".join(shlex.quote(str(j)) for j in job_ids)
+    active = "|".join(sorted(ACTIVE))
     return (
+        f"sq=$(squeue -h -t all -j {','.join(map(str, job_ids))} "
+        f"-O {shlex.quote(_SQUEUE_FORMAT)} 2>/dev/null); "
+        'printf "%s\\n" "$sq" | sed -n "s/^./SQUEUE|&/p"; '
         f"for j in {ids}; do "
+        f'printf "%s\\n" "$sq" | grep -Eq "^$j\\|({active})\\|" && continue; '
         'out=$(scontrol show job -o "$j" 2>/dev/null) && echo "$out" || '
         '{ echo "SACCT $j"; sacct -c -n -P -o JobID,State,ExitCode -j "$j" 2>/dev/null '
         '|| sacct -n -P -X -o JobID,State,ExitCode -j "$j" 2>/dev/null; }; '
@@ -97,11 +122,21 @@ def status_script(job_ids: list[str]) -> str:
 
 
 def parse_status(output: str, job_ids: list[str]) -> dict[str, JobState]:
-    """States from :func:`status_script` output; unknown jobs are ``UNKNOWN``."""
+    """States from :func:`status_script` output; unknown jobs are ``UNKNOWN``.
+
+    ``scontrol`` and ``sacct`` lines (which carry exit codes) take precedence
+    over ``squeue`` lines for the same job.
+    """
     states: dict[str, JobState] = {}
+    queued: dict[str, JobState] = {}
     for line in output.splitlines():
         line = line.strip()
-        if line.startswith("JobId="):
+        if line.startswith("SQUEUE|"):
+            job_id, state, reason, stdout = [*line.split("|")[1:], "", "", ""][:4]
+            queued[job_id] = JobState(
+                job_id, state or "UNKNOWN", None, stdout or None, reason or None
+            )
+        elif line.startswith("JobId="):
             fields = dict(part.split("=", 1) for part in line.split() if "=" in part)
             job_id = fields.get("JobId", "")
             states[job_id] = JobState(
@@ -119,8 +154,8 @@ def parse_status(output: str, job_ids: list[str]) -> dict[str, JobState]:
                     job_id, state.split()[0] if state else "UNKNOWN", _exit_code(exit_code)
                 )
     for job_id in job_ids:
-        states.setdefault(job_id, JobState(job_id, "UNKNOWN"))
-    return states
+        states.setdefault(job_id, queued.get(job_id) or JobState(job_id, "UNKNOWN"))
+    return {job_id: states[job_id] for job_id in job_ids}
 
 
 def _exit_code(text: str | None) -> int | None:
