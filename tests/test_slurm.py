@@ -12,6 +12,8 @@ import pytest
 
 from airflow_exa_provider.hooks.slurm import SlurmHook
 from airflow_exa_provider.slurm.commands import SlurmError
+from airflow_exa_provider.slurm.rest import SharedFileLogs
+from airflow_exa_provider.slurm.ssh import SSHBackend
 from airflow_exa_provider.triggers.slurm import JobWatcher, SlurmJobTrigger
 
 
@@ -223,11 +225,45 @@ def test_rest_backend_submit_state_cancel(rest_conn):
     state = wait_done(hook, job)
     assert (state.state, state.exit_code) == ("FAILED", 4)
     assert state.stdout == f"/tmp/exa-rest-{job}.out"
+    text, offset = hook.read_log(state.stdout)  # from the shared file system
+    assert text == "over rest\n" and offset == len(text)
     long = hook.submit(command="sleep 120")
     hook.cancel(long)
     assert wait_done(hook, long).state == "CANCELLED"
     with pytest.raises(ValueError, match="not supported over slurmrestd"):
         hook.submit(command="true", options={"gres": "gpu:1"})
+
+
+def test_rest_backend_reads_logs_over_ssh_when_a_login_node_is_named(
+    rest_conn, login_node, monkeypatch
+):
+    conn = json.loads(os.environ["AIRFLOW_CONN_SLURM_REST"])
+    conn.update(host=login_node["host"], port=login_node["port"])
+    conn["extra"].update(
+        ssh_login=login_node["user"],
+        key_file=login_node["key"],
+        known_hosts=login_node["known_hosts"],
+    )
+    monkeypatch.setenv("AIRFLOW_CONN_SLURM_RESTSSH", json.dumps(conn))
+    hook = SlurmHook("slurm_restssh")
+    assert isinstance(hook.backend.logs, SSHBackend)
+    job = hook.submit(
+        command="printf 'caf\\303\\251 %s\\n' 1 2 3", options={"output": "/tmp/exa-rest-%j.out"}
+    )
+    state = wait_done(hook, job)
+    first, offset = hook.read_log(state.stdout, 0)
+    rest, end = hook.read_log(state.stdout, 7)
+    assert first == "café 1\ncafé 2\ncafé 3\n" and end == offset == len(first.encode())
+    assert rest == first.encode()[7:].decode()
+
+
+def test_shared_file_logs_never_split_a_character(tmp_path):
+    log = tmp_path / "job.out"
+    log.write_bytes("né".encode()[:2])  # "n" and half of "é", as a job is writing it
+    assert SharedFileLogs().read_log(str(log), 0) == ("n", 1)
+    log.write_bytes("né\n".encode())
+    assert SharedFileLogs().read_log(str(log), 1) == ("é\n", 4)
+    assert SharedFileLogs().read_log(str(tmp_path / "missing.out"), 5) == ("", 5)
 
 
 def test_rest_backend_in_a_trigger_and_bad_token(rest_conn, monkeypatch):

@@ -28,7 +28,9 @@ class SlurmHook(BaseHook):
     SSH (default): host/port/login of the login node; ``extra`` holds
     ``key_file`` or ``private_key``, and ``known_hosts`` or ``host_key``.
     Host keys are checked unless ``check_host_key`` is false.  REST: ``extra``
-    has ``rest_url`` (and ``api_version``); the password is the JWT.
+    has ``rest_url`` (and ``api_version``); the password is the JWT.  Job logs
+    then come over SSH when ``host`` is set too (``extra.ssh_login`` names the
+    SSH user if it differs from the Slurm user), else from a shared file system.
     """
 
     conn_name_attr = "slurm_conn_id"
@@ -45,7 +47,7 @@ class SlurmHook(BaseHook):
         """Where the jobs run (an SSH login node or a slurmrestd URL)."""
         return self.backend.target
 
-    def target_from(self, conn) -> SSHTarget:
+    def target_from(self, conn, user: str | None = None) -> SSHTarget:
         extra = conn.extra_dejson
         key_file = extra.get("key_file")
         if extra.get("private_key"):
@@ -60,7 +62,7 @@ class SlurmHook(BaseHook):
         return SSHTarget(
             host=conn.host,
             port=int(conn.port or 22),
-            user=conn.login or None,
+            user=user or conn.login or None,
             key_file=key_file,
             known_hosts=known_hosts,
             check_host_key=check,
@@ -82,7 +84,10 @@ class SlurmHook(BaseHook):
             target = RESTTarget(
                 extra["rest_url"], conn.login or "root", extra.get("api_version") or "v0.0.38"
             )
-            return RESTBackend(target, conn.password)
+            logs = None
+            if conn.host:
+                logs = SSHBackend(self.target_from(conn, user=extra.get("ssh_login")))
+            return RESTBackend(target, conn.password, logs=logs)
         return SSHBackend(self.target_from(conn))
 
     def submit(

@@ -1,8 +1,10 @@
 """Slurm over slurmrestd (OpenAPI v0.0.38) with a JWT.
 
 One HTTP client (one keep-alive connection) per backend; every poll is one
-``GET /jobs`` for all watched jobs.  slurmrestd has no file API, so logs are
-read only where SSH is configured as well.
+``GET /jobs`` for all watched jobs.  slurmrestd has no file API, so job logs
+are read over SSH when the connection names a login node as well, or else
+from a file system the cluster shares with the Airflow worker
+(:class:`SharedFileLogs`).
 """
 
 from __future__ import annotations
@@ -84,11 +86,40 @@ def parse_job(job: dict) -> JobState:
     return JobState(job_id, state, exit_code, stdout, job.get("state_reason"))
 
 
-class RESTBackend:
-    """Submit, query and cancel jobs through slurmrestd."""
+class SharedFileLogs:
+    """Read job logs from a file system shared with the cluster (home, scratch)."""
 
-    def __init__(self, target: RESTTarget, token: str, timeout: float = 30.0):
+    def read_log(self, path: str, offset: int = 0) -> tuple[str, int]:
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                data = f.read()
+        except FileNotFoundError:
+            return "", offset
+        except OSError as exc:
+            raise SlurmError(f"cannot read the job log {path}: {exc.strerror}") from None
+        for cut in range(min(4, len(data)) + 1):  # never split a UTF-8 character
+            try:
+                text = data[: len(data) - cut].decode()
+            except UnicodeDecodeError:
+                continue
+            return text, offset + len(data) - cut
+        return data.decode(errors="replace"), offset + len(data)
+
+    async def aread_log(self, path: str, offset: int = 0) -> tuple[str, int]:
+        return self.read_log(path, offset)
+
+
+class RESTBackend:
+    """Submit, query and cancel jobs through slurmrestd.
+
+    ``logs`` reads job logs: an SSH backend to a login node, or by default
+    :class:`SharedFileLogs`.
+    """
+
+    def __init__(self, target: RESTTarget, token: str, timeout: float = 30.0, logs=None):
         self.target = target
+        self.logs = logs or SharedFileLogs()
         self._headers = {"X-SLURM-USER-NAME": target.user, "X-SLURM-USER-TOKEN": token}
         self._timeout = timeout
         self._client: httpx.Client | None = None
@@ -155,7 +186,7 @@ class RESTBackend:
         self._request("DELETE", f"/job/{int(job_id)}", "scancel")
 
     def read_log(self, path: str, offset: int = 0) -> tuple[str, int]:
-        return "", offset  # no file API in slurmrestd
+        return self.logs.read_log(path, offset)
 
     async def aread_log(self, path: str, offset: int = 0) -> tuple[str, int]:
-        return "", offset
+        return await self.logs.aread_log(path, offset)
