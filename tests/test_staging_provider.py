@@ -148,21 +148,20 @@ def test_staged_data_trigger(put, s3_env, tmp_path):
     assert asyncio.run(wait_then_stage()).payload == {"status": "success", "urls": [url]}
 
 
-def test_dask_hook_with_an_ephemeral_slurm_cluster(login_node, tmp_path):
-    from airflow_exa_provider.hooks.dask import DaskHook
+def test_dask_operator_on_an_ephemeral_slurm_cluster_in_a_dag(
+    login_node, airflow_db, tmp_path, monkeypatch
+):
+    from airflow.dag_processing.dagbag import DagBag
 
-    hook = DaskHook(
-        cluster="slurm",
-        n_workers=1,
-        staging_root=str(tmp_path / "node"),
-        cluster_options={
-            "scheduler_options": {"host": "127.0.0.1"},
-            "worker_extra_args": ["--host", "127.0.0.1"],
-            "memory": "1GB",
-        },
-    )
-    with hook.client() as client:
-        [worker] = client.scheduler_info()["workers"].values()
-        assert worker["host"] == "127.0.0.1"
-        roots = client.run(lambda dask_worker: str(dask_worker.extensions["staging"].root))
-        assert list(roots.values()) == [str((tmp_path / "node").resolve())]
+    result = tmp_path / "result.json"
+    monkeypatch.setenv("EXA_TEST_RESULT", str(result))
+    monkeypatch.setenv("EXA_TEST_STAGING_ROOT", str(tmp_path / "node"))
+    bag = DagBag(os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
+    assert not bag.import_errors
+    run = bag.get_dag("exa_test_dask_slurm").test()
+    assert {ti.task_id: ti.state for ti in run.get_task_instances()} == {"on_slurm": "success"}
+    summary = json.loads(result.read_text())
+    # two workers, each in its own Slurm job, each with the staging plugin loaded
+    assert len(summary["jobs"]) == 2 and all(summary["jobs"]) and len(set(summary["jobs"])) == 2
+    root = str((tmp_path / "node").resolve())
+    assert [c["root"] for c in summary["caches"]] == [root, root] and summary["total"] == 45

@@ -6,8 +6,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from airflow.sdk import BaseOperator, conf
+from airflow.sdk import BaseOperator
 
+from airflow_exa_provider.deferral import resolve_deferrable
 from airflow_exa_provider.hooks.slurm import SlurmHook
 from airflow_exa_provider.triggers.slurm import SlurmJobTrigger
 
@@ -31,9 +32,11 @@ class SlurmJobOperator(BaseOperator):
         ``{"time": "00:10:00", "cpus_per_task": 4, ...}`` passed as ``--time=...``.
     slurm_conn_id : str
     poll_interval : float
-    deferrable : bool
-        Wait in the triggerer instead of a worker slot (default from
-        ``[operators] default_deferrable``).
+    deferrable : bool, optional
+        Wait in the triggerer instead of a worker slot.  By default: when
+        ``[operators] default_deferrable`` is set, or when the API server
+        reports a healthy triggerer; otherwise the job is followed from the
+        worker.
     """
 
     template_fields: Sequence[str] = ("command", "script", "sbatch_options")
@@ -47,7 +50,7 @@ class SlurmJobOperator(BaseOperator):
         sbatch_options: dict | None = None,
         slurm_conn_id: str = SlurmHook.default_conn_name,
         poll_interval: float = 5.0,
-        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        deferrable: bool | None = None,
         **kwargs: Any,
     ):
         super().__init__(**kwargs)
@@ -68,7 +71,7 @@ class SlurmJobOperator(BaseOperator):
         )
         context["ti"].xcom_push(key=XCOM_JOB_ID, value=job_id)
         self._job_id = job_id
-        if self.deferrable:
+        if resolve_deferrable(self.deferrable):
             self.defer(
                 trigger=SlurmJobTrigger(job_id, self.slurm_conn_id, self.poll_interval),
                 method_name="execute_complete",

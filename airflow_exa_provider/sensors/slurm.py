@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from airflow.sdk import BaseSensorOperator, conf
+from airflow.sdk import BaseSensorOperator
 
+from airflow_exa_provider.deferral import resolve_deferrable
 from airflow_exa_provider.hooks.slurm import SlurmHook
 from airflow_exa_provider.operators.slurm import SlurmJobFailed
 from airflow_exa_provider.triggers.slurm import SlurmJobTrigger
@@ -22,7 +23,7 @@ class SlurmJobSensor(BaseSensorOperator):
         *,
         job_id: str,
         slurm_conn_id: str = SlurmHook.default_conn_name,
-        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        deferrable: bool | None = None,
         **kwargs: Any,
     ):
         super().__init__(**kwargs)
@@ -31,7 +32,7 @@ class SlurmJobSensor(BaseSensorOperator):
         self.deferrable = deferrable
 
     def execute(self, context) -> None:
-        if self.deferrable and not self.poke(context):
+        if resolve_deferrable(self.deferrable) and not self.poke(context):
             self.defer(
                 trigger=SlurmJobTrigger(self.job_id, self.slurm_conn_id, self.poke_interval),
                 method_name="execute_complete",

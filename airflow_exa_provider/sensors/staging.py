@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from airflow.sdk import BaseSensorOperator, conf
+from airflow.sdk import BaseSensorOperator
 
+from airflow_exa_provider.deferral import resolve_deferrable
 from airflow_exa_provider.triggers.staging import StagedDataTrigger, missing
 
 
@@ -21,7 +22,7 @@ class StagedDataSensor(BaseSensorOperator):
         urls: list[str],
         root: str,
         index_url: str | None = None,
-        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        deferrable: bool | None = None,
         **kwargs: Any,
     ):
         super().__init__(**kwargs)
@@ -29,7 +30,7 @@ class StagedDataSensor(BaseSensorOperator):
         self.deferrable = deferrable
 
     def execute(self, context) -> None:
-        if self.deferrable and not self.poke(context):
+        if resolve_deferrable(self.deferrable) and not self.poke(context):
             self.defer(
                 trigger=StagedDataTrigger(self.urls, self.root, self.index_url, self.poke_interval),
                 method_name="execute_complete",

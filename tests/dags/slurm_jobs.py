@@ -54,3 +54,25 @@ def slurm_fails():
 
 slurm_ok()
 slurm_fails()
+
+
+@dag(dag_id="exa_test_slurm_auto", schedule=None, start_date=START, catchup=False)
+def slurm_auto():
+    """Deferrable left unset: defers only if the API server reports a triggerer."""
+    job = SlurmJobOperator(
+        task_id="job",
+        command="for i in 1 2 3; do echo tick $i; sleep 1; done",
+        sbatch_options={"job_name": "exa auto", "output": "/tmp/exa-test-%j.out"},
+        slurm_conn_id="slurm_test",
+        poll_interval=0.5,
+    )
+    sensor = SlurmJobSensor(
+        task_id="sensor",
+        job_id="{{ ti.xcom_pull(task_ids='job', key='slurm_job_id') }}",
+        slurm_conn_id="slurm_test",
+        poke_interval=0.5,
+    )
+    job >> sensor
+
+
+slurm_auto()

@@ -1,0 +1,144 @@
+"""The provider under a real Airflow: scheduler, triggerer, DAG processor and API server.
+
+``airflow standalone`` runs on a fresh SQLite metadata DB; a DAG is triggered
+through the REST API, its Slurm job defers to the real triggerer (because the
+API server reports one), its log is read back through the API, and nothing
+the run produced contains the connection's secrets.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from airflow_exa_provider.deferral import health_url, triggerer_available, triggerer_healthy
+
+DAGS = Path(__file__).parent / "dags"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_triggerer_healthy_reads_the_health_payload():
+    assert triggerer_healthy({"triggerer": {"status": "healthy"}})
+    assert not triggerer_healthy({"triggerer": {"status": "unhealthy"}})
+    assert not triggerer_healthy({"triggerer": None})  # never had a triggerer
+    assert not triggerer_healthy({})
+    assert health_url("http://a:8080/") == "http://a:8080/api/v2/monitor/health"
+    assert not triggerer_available(f"http://127.0.0.1:{free_port()}", timeout=1)
+
+
+@pytest.fixture(scope="module")
+def airflow_stack(login_node, tmp_path_factory):
+    """``airflow standalone`` with a ``slurm_test`` connection holding an inline key."""
+    home = tmp_path_factory.mktemp("airflow-stack")
+    dags = home / "dags"
+    dags.mkdir()
+    shutil.copy(DAGS / "slurm_jobs.py", dags / "slurm_jobs.py")
+    key = Path(login_node["key"]).read_text()
+    conn = {
+        "conn_type": "slurm",
+        "host": login_node["host"],
+        "port": login_node["port"],
+        "login": login_node["user"],
+        "extra": {"private_key": key, "known_hosts": login_node["known_hosts"]},
+    }
+    api = f"http://127.0.0.1:{free_port()}"
+    bin_dir = str(Path(sys.executable).parent)
+    env = {
+        **os.environ,
+        "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+        "AIRFLOW__API__PORT": api.rsplit(":", 1)[1],
+        "AIRFLOW__API__BASE_URL": api,
+        "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+        "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
+        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+        "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
+        "AIRFLOW_CONN_SLURM_TEST": json.dumps(conn),
+    }
+    env.pop("AIRFLOW__OPERATORS__DEFAULT_DEFERRABLE", None)
+    with open(home / "standalone.log", "wb") as log:
+        proc = subprocess.Popen(
+            [str(Path(bin_dir) / "airflow"), "standalone"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.time() + 180
+        while time.time() < deadline and not triggerer_available(api, timeout=1):
+            assert proc.poll() is None, (home / "standalone.log").read_text()[-3000:]
+            time.sleep(1)
+        assert triggerer_available(api), "airflow standalone did not report a healthy triggerer"
+        yield {"api": api, "home": home, "key": key}
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+
+
+def wait_for(predicate, timeout: float, what: str):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_slurm_job_defers_to_the_real_triggerer_and_streams_its_log(airflow_stack):
+    api = httpx.Client(base_url=airflow_stack["api"] + "/api/v2", timeout=30)
+    dag_id = "exa_test_slurm_auto"
+    wait_for(lambda: api.get(f"/dags/{dag_id}").status_code == 200, 120, "the DAG to be parsed")
+    assert api.patch(f"/dags/{dag_id}", json={"is_paused": False}).status_code == 200
+    run = api.post(f"/dags/{dag_id}/dagRuns", json={"logical_date": None}).json()
+    run_url = f"/dags/{dag_id}/dagRuns/{run['dag_run_id']}"
+
+    def finished():
+        state = api.get(run_url).json()["state"]
+        return state if state in ("success", "failed") else None
+
+    state = wait_for(finished, 240, "the DAG run")
+    tis = {ti["task_id"]: ti for ti in api.get(f"{run_url}/taskInstances").json()["task_instances"]}
+    log_url = f"{run_url}/taskInstances/job/logs/{tis['job']['try_number']}"
+    events = api.get(log_url, params={"full_content": True}).json()["content"]
+    job_log = "\n".join(json.dumps(event) for event in events)
+    assert state == "success", ({t: ti["state"] for t, ti in tis.items()}, job_log[-4000:])
+    # the task handed its wait to the triggerer, whose log chunks reached the task log
+    print(
+        "\n".join(
+            e["event"] for e in events if "defer" in str(e).lower() or "trigger" in str(e).lower()
+        )
+    )
+    assert "deferred" in job_log.lower() or "trigger" in job_log.lower(), job_log[-2000:]
+    for i in (1, 2, 3):
+        assert f"tick {i}" in job_log
+    # nothing the run wrote anywhere contains the private key
+    secret_lines = [line for line in airflow_stack["key"].splitlines() if len(line) > 40]
+    produced = [p for p in Path(airflow_stack["home"]).rglob("*") if p.is_file()]
+    produced = [p for p in produced if p.suffix not in (".db", ".db-wal", ".db-shm")]
+    assert produced
+    for path in produced:
+        text = path.read_text(errors="replace")
+        assert not any(line in text for line in secret_lines), f"key material in {path}"
