@@ -16,6 +16,7 @@ state=${EXA_SERVICES_DIR:-$here/.services}
 
 MINIO_VERSION=v0.0.0-20260212201848-7aac2a2c5b7c
 TOXIPROXY_VERSION=v2.5.0
+HELM_VERSION=v3.22.0
 MINIO_PORT=${MINIO_PORT:-9000}
 TOXIPROXY_PORT=${TOXIPROXY_PORT:-8474}
 TOXIC_S3_PORT=${TOXIC_S3_PORT:-9100}
@@ -42,6 +43,7 @@ go_install() {  # name module@version
 install_all() {
   go_install minio "github.com/minio/minio@$MINIO_VERSION"
   go_install toxiproxy-server "github.com/Shopify/toxiproxy/v2/cmd/server@$TOXIPROXY_VERSION"
+  go_install helm "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"  # chart tests (tests/test_helm.py)
 }
 
 wait_http() {  # url seconds
