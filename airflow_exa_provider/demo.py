@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -18,12 +17,15 @@ import time
 from pathlib import Path
 
 
-def seed(bucket: str, db_path: str, parts: int) -> None:
+def seed(bucket: str, db_url: str, parts: int, s3_options: dict | None = None) -> None:
+    """Weather observations as Parquet objects in ``bucket`` and a ``stations`` table."""
     import numpy as np
     import pandas as pd
     import s3fs
 
-    fs = s3fs.S3FileSystem()
+    from dask_staging import write_table
+
+    fs = s3fs.S3FileSystem(**(s3_options or {}))
     if not fs.exists(bucket):
         fs.mkdir(bucket)
     rng = np.random.default_rng(3)
@@ -33,18 +35,41 @@ def seed(bucket: str, db_path: str, parts: int) -> None:
         )
         with fs.open(f"{bucket}/weather/part-{i:02d}.parquet", "wb") as f:
             frame.to_parquet(f)
-    with sqlite3.connect(db_path) as conn:
-        conn.execute("DROP TABLE IF EXISTS stations")
-        conn.execute("CREATE TABLE stations (station INTEGER, name TEXT)")
-        conn.executemany(
-            "INSERT INTO stations VALUES (?, ?)", [(i, f"station-{i:02d}") for i in range(30)]
-        )
+    stations = pd.DataFrame({"station": range(30), "name": [f"station-{i:02d}" for i in range(30)]})
+    write_table(stations, db_url, "stations", mode="replace")
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dags", default="dags", help="the DAGs folder (default: dags)")
+    parser.add_argument(
+        "--seed-only",
+        action="store_true",
+        help="only write the example data: Parquet objects to --bucket on the S3 endpoint of "
+        "AWS_ENDPOINT_URL and a stations table to --db-url (for exa_pipeline on a real deployment)",
+    )
+    parser.add_argument("--bucket", default="exa-pipeline", help="bucket for --seed-only")
+    parser.add_argument("--db-url", help="database URL for --seed-only, e.g. postgresql://…")
+    parser.add_argument("--db-conn-id", help="or an Airflow connection for the database")
+    parser.add_argument(
+        "--aws-conn-id", help="an Airflow aws connection for the S3 endpoint (default: AWS_* env)"
+    )
+    parser.add_argument("--parts", type=int, default=4, help="weather objects for --seed-only")
     args = parser.parse_args(argv)
+    if args.seed_only:
+        from airflow_exa_provider.hooks.staging import StagingHook, aws_settings, db_url
+
+        if not (args.db_url or args.db_conn_id):
+            parser.error("--seed-only needs --db-url or --db-conn-id")
+        url = args.db_url or db_url(StagingHook.get_connection(args.db_conn_id))
+        s3 = (
+            aws_settings(StagingHook.get_connection(args.aws_conn_id))[1]
+            if args.aws_conn_id
+            else {}
+        )
+        seed(args.bucket, url, args.parts, s3)
+        print(f"seeded s3://{args.bucket}/weather/ ({args.parts} objects) and table stations")
+        return 0
     work = Path(tempfile.mkdtemp(prefix="exa-demo-"))
     os.environ.update(
         AIRFLOW_HOME=str(work / "airflow"),
@@ -73,7 +98,7 @@ def main(argv=None) -> int:
             "extra": {"endpoint_url": os.environ["AWS_ENDPOINT_URL"]},
         }
     )
-    seed("exa-demo", str(work / "demo.db"), 4)
+    seed("exa-demo", os.environ["EXA_PIPELINE_DB_URL"], 4)
     airflow = str(Path(sys.executable).with_name("airflow"))
     subprocess.run([airflow, "db", "migrate"], check=True, capture_output=True)
 

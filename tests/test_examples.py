@@ -55,3 +55,39 @@ def test_analytics_on_slurm_with_dask_jobqueue(s3_env, slurm, tmp_path):
     check_output(out)
     nodes = list(tmp_path.glob("dask-staging-example-*"))
     assert [p.name for p in nodes] == ["dask-staging-example-localhost"]  # $SLURMD_NODENAME
+
+
+def test_demo_seeds_the_pipeline_inputs_for_a_real_deployment(minio, s3, tmp_path):
+    import json
+    import sqlite3
+
+    from tests.conftest import MINIO_PASSWORD, MINIO_USER
+
+    db = tmp_path / "seed.db"
+    conn = {"conn_type": "aws", "login": MINIO_USER, "password": MINIO_PASSWORD,
+            "extra": {"endpoint_url": minio}}  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env["AIRFLOW_CONN_SEED_S3"] = json.dumps(conn)
+    out = subprocess.run(
+        [sys.executable, "-m", "airflow_exa_provider.demo", "--seed-only", "--bucket",
+         "exa-seed-test", "--db-url", f"sqlite:///{db}", "--parts", "2",
+         "--aws-conn-id", "seed_s3"],
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert sorted(s3.ls("exa-seed-test/weather")) == [
+        "exa-seed-test/weather/part-00.parquet",
+        "exa-seed-test/weather/part-01.parquet",
+    ]
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT count(*), min(name) FROM stations").fetchone() == (
+            30,
+            "station-00",
+        )
+    missing = subprocess.run(
+        [sys.executable, "-m", "airflow_exa_provider.demo", "--seed-only"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert (
+        missing.returncode != 0 and "--seed-only needs --db-url or --db-conn-id" in missing.stderr
+    )
