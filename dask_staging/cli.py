@@ -32,6 +32,30 @@ examples:
   dask-staging out results/ s3://bucket/run-42/
   dask-staging query postgresql://me@db/prod "SELECT * FROM runs" --partition-on id --partitions 4
   dask-staging out results.parquet postgresql://me@db/prod --table summaries --mode create
+  dask-staging bench --fs /scratch/$USER --s3 s3://bucket/tmp --dataset-size 200GiB --reads 3
+"""
+
+BENCH_DESCRIPTION = """\
+Measure, from this machine, how fast each data path is, and advise whether to
+read a dataset directly or to stage it first.
+
+  file systems  sequential write (with fsync) and read of one file in --root
+                and in every --fs directory (e.g. node-local disk, scratch)
+  S3            PUT and ranged GET of test objects under a fresh key below --s3,
+                for each --sizes and --streams, and many small objects
+  PostgreSQL    COPY TO, SELECT and stage_query out; COPY FROM and write_table in,
+                on a table of --db-rows rows created and dropped by the run
+
+Everything written is deleted afterwards.  The run stops starting new
+measurements once --max-seconds or --max-bytes is spent, and lists what it
+skipped.  Run it where the computation will run (a compute node: inside a Slurm
+job or on a Dask worker) for numbers that matter.
+
+examples:
+  dask-staging bench --root /tmp/cache --fs /scratch/$USER
+  dask-staging bench --s3 s3://bucket/tmp --streams 1,4,16,64 --sizes 1MiB,64MiB,1GiB \\
+      --db postgresql://me@db/prod --dataset-size 500GiB --reads 4 \\
+      --out bench.json --plot bench.png
 """
 
 
@@ -101,7 +125,51 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", choices=["append", "replace", "create"], default="append")
     p.add_argument("--writers", type=int, default=4, help="parallel database connections")
     p.add_argument("--batch-rows", type=int, default=None, help="rows per batch")
+
+    p = sub.add_parser(
+        "bench",
+        parents=[common],
+        help="measure file system, S3 and database rates here; advise stage vs direct",
+        description=BENCH_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--fs", action="append", default=[], metavar="DIR", help="also measure DIR")
+    p.add_argument(
+        "--s3", metavar="S3_PREFIX", help="s3://bucket/prefix to write test objects under"
+    )
+    p.add_argument("--db", metavar="DB_URL", help="PostgreSQL URL (password from PGPASSWORD)")
+    p.add_argument("--streams", type=_ints, default=(1, 4, 16, 64), help="default 1,4,16,64")
+    p.add_argument(
+        "--sizes", type=_sizes, default=(1 << 20, 16 << 20, 256 << 20, 1 << 30),
+        help="S3 object sizes (default 1MiB,16MiB,256MiB,1GiB)",
+    )  # fmt: skip
+    p.add_argument("--small-objects", type=int, default=200, help="count of small objects")
+    p.add_argument("--small-size", type=_size, default=256 << 10, help="default 256KiB")
+    p.add_argument("--db-rows", type=int, default=1_000_000, help="rows of the test table")
+    p.add_argument("--fs-size", type=_size, default=1 << 30, help="file size (default 1GiB)")
+    p.add_argument("--max-seconds", type=float, default=300, help="time budget (default 300)")
+    p.add_argument("--max-bytes", type=_size, default=8 << 30, help="bytes moved (default 8GiB)")
+    p.add_argument("--repeat", type=int, default=1, help="runs per measurement (median)")
+    p.add_argument("--dataset-size", type=_size, help="advise for a dataset of this size")
+    p.add_argument("--reads", type=int, default=1, help="how many times it will be read")
+    p.add_argument("--out", metavar="JSON", help="write the results to this JSON file")
+    p.add_argument("--plot", metavar="PNG", help="plot the rates into this PNG file")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     return parser
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of integers: {text!r} (try 1,4,16)") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"stream counts must be positive: {text!r}")
+    return values
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    return tuple(_size(x) for x in text.split(","))
 
 
 def _progress(args) -> TqdmCallback | NoOpCallback:
@@ -159,6 +227,8 @@ def run(args) -> int:
         _emit(args, {"uploaded": args.url}, f"uploaded {args.local} to {args.url}")
         return 0
 
+    if args.command == "bench":
+        return cmd_bench(args)
     kwargs = {"index_url": args.index_url}
     if args.command == "stage":
         kwargs.update(streams=args.streams, part_size=args.part_size, max_bytes=args.max_bytes)
@@ -270,6 +340,45 @@ COMMANDS = {
     "unpin": cmd_unpin,
     "verify": cmd_verify,
 }
+
+
+def cmd_bench(args) -> int:
+    from dask_staging.bench import run_and_advise
+    from dask_staging.bench.report import plot, table
+
+    results = run_and_advise(
+        root=resolve_root(args.root, 0),
+        dataset_bytes=args.dataset_size,
+        reads=args.reads,
+        fs=args.fs,
+        s3=args.s3,
+        db=args.db,
+        sizes=args.sizes,
+        streams=args.streams,
+        small_objects=args.small_objects,
+        small_size=args.small_size,
+        db_rows=args.db_rows,
+        fs_size=args.fs_size,
+        max_seconds=args.max_seconds,
+        max_bytes=args.max_bytes,
+        repeat=args.repeat,
+        progress=not (args.no_progress or args.json),
+    )
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(results, f, indent=2)
+    if args.plot:
+        plot(results["measurements"], args.plot, title=f"dask-staging bench on {results['host']}")
+    if args.json:
+        print(json.dumps(results))
+        return 0
+    print(table(results["measurements"]))
+    for skipped in results["skipped"]:
+        print(f"skipped: {skipped['what']} ({skipped['reason']})")
+    for text in results.get("advice", {}).get("text", []):
+        print()
+        print(text)
+    return 0
 
 
 def _emit(args, data, text: str) -> None:

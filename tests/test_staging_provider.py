@@ -14,24 +14,9 @@ from airflow_exa_provider.hooks.staging import StagingHook, remote_script
 from airflow_exa_provider.operators.staging import StageOutOperator
 from airflow_exa_provider.sensors.staging import StagedDataSensor
 from dask_staging import Cache
-from tests.conftest import MINIO_PASSWORD, MINIO_USER
+from tests.conftest import MINIO_PASSWORD
 
 CLI = str(Path(sys.executable).with_name("dask-staging"))
-
-
-@pytest.fixture
-def aws_conn(s3_env, monkeypatch):
-    conn = {
-        "conn_type": "aws",
-        "login": MINIO_USER,
-        "password": MINIO_PASSWORD,
-        "extra": {"endpoint_url": s3_env},
-    }
-    monkeypatch.setenv("AIRFLOW_CONN_EXA_S3_TEST", json.dumps(conn))
-    # the remote side must get credentials from the connection, not from this environment
-    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL"):
-        monkeypatch.delenv(name)
-    return "exa_s3_test"
 
 
 def test_remote_scripts_quote_everything():

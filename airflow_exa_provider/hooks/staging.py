@@ -46,6 +46,24 @@ def db_url(conn) -> str:
     return uri
 
 
+def without_password(url: str) -> tuple[str, dict[str, str]]:
+    """A database URL without its password, and ``{"PGPASSWORD": ...}`` to pass it
+    in the environment instead (so it never shows on a remote command line)."""
+    import sqlalchemy as sa
+
+    parsed = sa.engine.make_url(url)
+    if parsed.password is None:
+        return url, {}
+    bare = parsed.set(password=None).render_as_string(hide_password=False)
+    return bare, {"PGPASSWORD": str(parsed.password)}
+
+
+BENCH_OPTIONS = {
+    "streams", "sizes", "small_objects", "small_size", "db_rows", "fs_size",
+    "max_seconds", "max_bytes", "repeat",
+}  # fmt: skip
+
+
 def remote_script(env: dict[str, str], argv: list[str]) -> str:
     """A shell script that exports ``env`` and runs ``argv`` (everything quoted)."""
     lines = ["set -e"]
@@ -116,6 +134,7 @@ class StagingHook(BaseHook):
             )
             paths.update(json.loads(out.strip().splitlines()[-1])["paths"])
         for name, url, sql, options in resolved:
+            url, password = without_password(url)
             argv = [self.remote_cli, "query", url, sql, "--root", self.root, "--json"]
             if options.get("partition_on"):
                 argv += [
@@ -124,7 +143,7 @@ class StagingHook(BaseHook):
                     "--partitions",
                     str(options.get("partitions") or 1),
                 ]
-            out = self._remote(env, argv)
+            out = self._remote({**env, **password}, argv)
             paths[name] = json.loads(out.strip().splitlines()[-1])["path"]
         return paths
 
@@ -161,9 +180,60 @@ class StagingHook(BaseHook):
 
             stage_out(local, target, **s3)
             return {"uploaded": target}
+        password = {}
+        if table:
+            target, password = without_password(target)
         argv = [self.remote_cli, "out", local, target, "--json"]
         if table:
             argv += ["--table", table, "--mode", mode, "--writers", str(writers)]
+        return json.loads(self._remote({**env, **password}, argv).strip().splitlines()[-1])
+
+    # -- measuring ----------------------------------------------------------------
+
+    def bench(
+        self,
+        *,
+        s3_prefix: str | None = None,
+        db: str | None = None,
+        fs: list[str] = (),
+        dataset_size: int | None = None,
+        reads: int = 1,
+        **options,
+    ) -> dict:
+        """Measure the data paths where the data must land (``dask-staging bench``).
+
+        ``db`` is a database URL or connection id; ``options`` are
+        :func:`dask_staging.bench.run_benchmark` settings (``streams``, ``sizes``,
+        ``max_seconds``, ...).  Returns the results, with ``"advice"`` when
+        ``dataset_size`` is given.
+        """
+        unknown = set(options) - BENCH_OPTIONS
+        if unknown:
+            raise ValueError(f"unknown benchmark option(s): {', '.join(sorted(unknown))}")
+        env, s3 = self._aws()
+        url = db if db is None or "://" in db else db_url(self.get_connection(db))
+        if self.run_on == "local":
+            from dask_staging.bench import run_and_advise
+
+            return run_and_advise(
+                root=self.root, dataset_bytes=dataset_size, reads=reads, fs=list(fs),
+                s3=s3_prefix, db=url, storage_options=s3, **options,
+            )  # fmt: skip
+        argv = [self.remote_cli, "bench", "--root", self.root, "--json", "--no-progress"]
+        if url:
+            url, password = without_password(url)
+            env = {**env, **password}
+            argv += ["--db", url]
+        if s3_prefix:
+            argv += ["--s3", s3_prefix]
+        for path in fs:
+            argv += ["--fs", path]
+        if dataset_size:
+            argv += ["--dataset-size", str(dataset_size), "--reads", str(reads)]
+        for name, value in sorted(options.items()):
+            if isinstance(value, list | tuple):
+                value = ",".join(str(v) for v in value)
+            argv += [f"--{name.replace('_', '-')}", str(value)]
         return json.loads(self._remote(env, argv).strip().splitlines()[-1])
 
     # -- running elsewhere ----------------------------------------------------------

@@ -124,3 +124,66 @@ class StageOutOperator(_StagingOperator):
         where = f"{self.target} table {self.table}" if self.table else self.target
         self.log.info("staged out %s -> %s", self.source, where.split("@")[-1])
         return result
+
+
+class StagingBenchOperator(_StagingOperator):
+    """Measure file system, S3 and database rates where the data would land, and advise.
+
+    Runs ``dask-staging bench`` with ``run_on`` (here, on the login node, or as a
+    Slurm job on a compute node, whose numbers are the ones that matter); logs the
+    advice and returns the results (measurements, skipped steps, advice) as XCom.
+
+    Parameters
+    ----------
+    s3_prefix : str, optional
+        ``s3://bucket/prefix`` where test objects may be written (deleted afterwards).
+    db : str, optional
+        PostgreSQL connection id or URL.
+    fs : list of str
+        More directories to measure besides ``root`` (e.g. scratch).
+    dataset_size : int, optional
+        Bytes of the dataset to advise for; ``reads`` is how often it is read.
+    bench_options : dict, optional
+        ``streams``, ``sizes``, ``max_seconds``, ``max_bytes``, ... of ``dask-staging bench``.
+    """
+
+    template_fields: Sequence[str] = ("s3_prefix", "db", "fs", "root")
+
+    def __init__(
+        self,
+        *,
+        s3_prefix: str | None = None,
+        db: str | None = None,
+        fs: list[str] | None = None,
+        dataset_size: int | None = None,
+        reads: int = 1,
+        bench_options: dict | None = None,
+        **kwargs: Any,
+    ):
+        super().__init__(**kwargs)
+        self.s3_prefix, self.db, self.fs = s3_prefix, db, fs or []
+        self.dataset_size, self.reads = dataset_size, reads
+        self.bench_options = bench_options or {}
+
+    def execute(self, context) -> dict:
+        results = self.hook.bench(
+            s3_prefix=self.s3_prefix,
+            db=self.db,
+            fs=self.fs,
+            dataset_size=self.dataset_size,
+            reads=self.reads,
+            **self.bench_options,
+        )
+        where = results["host"] + (
+            f" (Slurm job {results['slurm_job']})" if results.get("slurm_job") else ""
+        )
+        self.log.info("measured %d data paths on %s", len(results["measurements"]), where)
+        for m in results["measurements"]:
+            self.log.info(
+                "%-4s %-5s %-28s %3d streams  %10.1f MB/s  %s",
+                m["tier"], m["op"], m["method"], m["streams"], m["mb_per_s"], m["target"],
+            )  # fmt: skip
+        for text in results.get("advice", {}).get("text", []):
+            for line in text.splitlines():
+                self.log.info("%s", line)
+        return results
