@@ -150,3 +150,26 @@ def test_dask_operator_on_an_ephemeral_slurm_cluster_in_a_dag(
     assert len(summary["jobs"]) == 2 and all(summary["jobs"]) and len(set(summary["jobs"])) == 2
     root = str((tmp_path / "node").resolve())
     assert [c["root"] for c in summary["caches"]] == [root, root] and summary["total"] == 45
+
+
+def test_database_passwords_travel_in_the_environment_not_on_the_command_line(monkeypatch):
+    from airflow_exa_provider.hooks.staging import without_password
+
+    assert without_password("postgresql://u:p%40ss@db:5432/prod") == (
+        "postgresql://u@db:5432/prod",
+        {"PGPASSWORD": "p@ss"},
+    )
+    assert without_password("postgresql://u@db/prod") == ("postgresql://u@db/prod", {})
+    sent = []
+    hook = StagingHook("/tmp/x", run_on="ssh")
+    monkeypatch.setattr(
+        hook, "_remote", lambda env, argv: sent.append((env, argv)) or '{"path": "p"}'
+    )
+    hook.stage_in(
+        queries=[{"name": "q", "db_url": "postgresql://u:s3cr3t@db/prod", "sql": "SELECT 1"}]
+    )
+    hook.stage_out("/tmp/r.parquet", "postgresql://u:s3cr3t@db/prod", table="t")
+    hook.bench(db="postgresql://u:s3cr3t@db/prod")
+    for env, argv in sent:
+        assert "s3cr3t" not in " ".join(argv) and env["PGPASSWORD"] == "s3cr3t"
+        assert "s3cr3t" in remote_script(env, argv).splitlines()[1]  # the export line, on stdin

@@ -54,7 +54,7 @@ def without_password(url: str) -> tuple[str, dict[str, str]]:
     parsed = sa.engine.make_url(url)
     if parsed.password is None:
         return url, {}
-    bare = parsed.set(password=None).render_as_string(hide_password=False)
+    bare = parsed._replace(password=None).render_as_string(hide_password=False)
     return bare, {"PGPASSWORD": str(parsed.password)}
 
 
