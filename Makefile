@@ -37,12 +37,15 @@ lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-# Benchmarks (see docs/benchmarks.md); services stay up afterwards.
+# Benchmarks: every script writes benchmarks/results/*.json, then report.py regenerates
+# docs/benchmarks.md and its plots.  Services stay up afterwards.
 bench: venv
 	@scripts/services.sh up
 	@set -a; eval "$$(scripts/services.sh env)"; set +a; \
-	  $(PY) benchmarks/bench_transfers.py && $(PY) benchmarks/bench_index.py && \
-	  $(PY) benchmarks/bench_postgres.py && $(PY) benchmarks/bench_dask.py
+	  $(PY) benchmarks/bench_transfers.py && $(PY) benchmarks/bench_hierarchy.py && \
+	  $(PY) benchmarks/bench_postgres.py && $(PY) benchmarks/bench_dask.py && \
+	  $(PY) benchmarks/bench_index.py && $(PY) benchmarks/bench_slurm_polling.py && \
+	  $(PY) benchmarks/report.py
 
 clean:
 	scripts/services.sh down || true

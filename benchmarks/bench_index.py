@@ -4,17 +4,23 @@
 
 Rows are inserted directly (no files on disk), so eviction time here is the
 index's share: finding LRU candidates, the lock probe per file and the deletes.
+Results go to benchmarks/results/index.json.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 from dask_staging import Cache, layout
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from results import Results
 
 
 def main() -> int:
@@ -47,7 +53,8 @@ def main() -> int:
             batch = []
     if batch:
         cache.index.bulk_insert_ready(batch)
-    print(f"inserted {n} rows in {time.perf_counter() - start:.1f} s")
+    inserted = time.perf_counter() - start
+    print(f"inserted {n} rows in {inserted:.1f} s")
 
     urls = [f"s3://bucket/data/object-{random.randrange(n):08d}.parquet" for _ in range(20000)]
     latencies = []
@@ -65,6 +72,33 @@ def main() -> int:
     elapsed = time.perf_counter() - t
     print(f"evict 10% ({freed // 1000} entries): {elapsed:.2f} s")
     cache.close()
+    results = Results(
+        "index",
+        f"Cache index at scale (`benchmarks/bench_index.py`, {n:,} entries, SQLite WAL)\n"
+        "Rows are inserted directly (no files on disk), so eviction time is the index's share: "
+        "finding LRU candidates, the lock probe per file and the deletes.",
+    )
+    results.scenario(
+        "lookup",
+        f"Lookup latency with {n:,} entries (20,000 random lookups)",
+        [{"contender": "lookup, median", "ms": p50}, {"contender": "lookup, p99", "ms": p99}],
+        value="ms",
+        unit="ms",
+        higher_is_better=False,
+        target="p99 ≤ 1 ms",
+    )
+    results.scenario(
+        "bulk",
+        f"Bulk operations on {n:,} entries",
+        [
+            {"contender": f"insert {n:,} ready entries", "seconds": inserted},
+            {"contender": f"evict 10 % ({freed // 1000:,} entries, LRU)", "seconds": elapsed},
+        ],
+        value="seconds",
+        unit="seconds",
+        higher_is_better=False,
+    )
+    results.save()
     return 0
 
 

@@ -6,10 +6,11 @@ Run with the services up (``make bench`` does both)::
     .venv/bin/python benchmarks/bench_postgres.py [--rows 5000000] [--rounds 3]
 
 Read side: ``Cache.stage_query`` against ``COPY … TO STDOUT (FORMAT binary)``
-into a file and ``pandas.read_sql`` + ``to_parquet``; peak RSS is measured in
-a fresh child process per contender.  Write side: ``write_table`` against one
-``COPY … FROM STDIN (FORMAT binary)`` of the same data and
-``DataFrame.to_sql``, with a curve over writers and batch size.
+into a file, connectorx (Arrow) + Parquet and ``pandas.read_sql`` +
+``to_parquet``; peak RSS is measured in a fresh child process per contender.
+Write side: ``write_table`` against one ``COPY … FROM STDIN`` (binary and CSV)
+of the same data and ``DataFrame.to_sql``, with a curve over writers and batch
+size.  Results go to benchmarks/results/postgres.json.
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ import tempfile
 import time
 
 import psycopg2
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from results import Results
 
 PG_URL = os.environ.get("EXA_PG_URL", "postgresql://postgres:exa-pg-secret@127.0.0.1:5433/postgres")
 TABLE = "bench_rows"
@@ -65,6 +69,10 @@ elif mode.startswith("stage_query"):
     parts = int(mode.split(":")[1]) if ":" in mode else None
     Cache(f"{work}/cache-{mode}").stage_query(
         url, f"SELECT * FROM {table}", partition_on="id" if parts else None, partitions=parts)
+elif mode == "connectorx":
+    import connectorx as cx, pyarrow.parquet as pq
+    pq.write_table(cx.read_sql(url, f"SELECT * FROM {table}", return_type="arrow"),
+                   f"{work}/connectorx.parquet")
 elif mode == "read_sql":
     engine = sa.create_engine(url.replace("postgresql://", "postgresql+psycopg2://"))
     pd.read_sql(f"SELECT * FROM {table}", engine).to_parquet(f"{work}/read_sql.parquet")
@@ -97,7 +105,7 @@ def median_runs(rounds: int, fn) -> dict:
 def bench_read(work: str, rounds: int) -> dict:
     out = {}
     for _ in range(rounds):
-        for mode in ("copy-binary", "stage_query", "stage_query:2", "stage_query:4"):
+        for mode in ("copy-binary", "stage_query", "stage_query:2", "stage_query:4", "connectorx"):
             subprocess.run(["rm", "-rf", f"{work}/cache-{mode}"], check=True)
             out.setdefault(mode, []).append(child(mode, work))
     result = {
@@ -195,28 +203,66 @@ def main() -> int:
     read = bench_read(work, args.rounds)
     write = bench_write(work, args.rounds, args.rows)
     subprocess.run(["rm", "-rf", work], check=True)
-    print(json.dumps({"read": read, "write": write}, indent=1))
-
-    copy = read["copy-binary"]["seconds"]
-    print(f"\nPostgreSQL -> Parquet, {args.rows} rows (median of {args.rounds})")
-    for mode, r in read.items():
-        print(
-            f"  {mode:16s} {r['seconds']:7.2f} s  {r['seconds'] / copy:5.2f}x COPY binary"
-            f"  peak RSS {r['rss_mib']:6.0f} MiB"
-        )
-    best, csv = write["copy_from_seconds"], write["copy_from_csv_seconds"]
-    print(f"\nParquet -> PostgreSQL: one COPY FROM, binary {best:.2f} s, csv {csv:.2f} s")
-    for name, seconds in write["write_table_seconds"].items():
-        rate = args.rows / seconds
-        to_sql = rate / write["to_sql_rows_per_s"]
-        print(
-            f"  write_table {name:34s} {seconds:6.2f} s  {best / seconds:5.2f}x binary"
-            f"  {csv / seconds:5.2f}x csv  {to_sql:6.1f}x to_sql"
-        )
-    print(
-        f"  DataFrame.to_sql: {write['to_sql_rows_per_s']:.0f} rows/s "
-        f"(on {write['to_sql_sample_rows']} rows)"
+    results = Results(
+        "postgres",
+        f"PostgreSQL ↔ Parquet (`benchmarks/bench_postgres.py`, {args.rows:,} rows)\n"
+        "A table of bigint, double and text columns in PostgreSQL 15 on this machine; server "
+        "and client share its cores. Each reader runs in a fresh process, so its peak RSS is its "
+        f"own. Medians of {args.rounds} rounds (pandas.read_sql, which takes GiBs, runs once).",
     )
+    names = {
+        "copy-binary": "COPY TO binary → file",
+        "stage_query": "dask_staging stage_query",
+        "stage_query:2": "dask_staging stage_query, 2 partitions",
+        "stage_query:4": "dask_staging stage_query, 4 partitions",
+        "connectorx": "connectorx (Arrow) → Parquet",
+        "read_sql": "pandas.read_sql → Parquet",
+    }
+    results.scenario(
+        "read",
+        "PostgreSQL → Parquet",
+        [
+            {
+                "contender": names[mode],
+                "seconds": r["seconds"],
+                "rows_per_s": args.rows / r["seconds"],
+                "rss_mib": r["rss_mib"],
+            }
+            for mode, r in read.items()
+        ],
+        value="seconds",
+        unit="seconds",
+        baseline="COPY TO binary → file",
+        higher_is_better=False,
+        columns={"rows_per_s": "rows/s", "rss_mib": "peak RSS (MiB)"},
+        target="stage_query ≤ 1.5× the time of COPY TO binary",
+    )
+    rows = [
+        {"contender": "COPY FROM binary (one connection)", "seconds": write["copy_from_seconds"]},
+        {"contender": "COPY FROM csv (one connection)", "seconds": write["copy_from_csv_seconds"]},
+    ]
+    for name, seconds in write["write_table_seconds"].items():
+        rows.append({"contender": f"dask_staging write_table, {name}", "seconds": seconds})
+    rows.append(
+        {
+            "contender": f"DataFrame.to_sql (rate over {write['to_sql_sample_rows']:,} rows)",
+            "seconds": args.rows / write["to_sql_rows_per_s"],
+        }
+    )
+    for row in rows:
+        row["rows_per_s"] = args.rows / row["seconds"]
+    results.scenario(
+        "write",
+        "Parquet → PostgreSQL (a new table)",
+        rows,
+        value="seconds",
+        unit="seconds",
+        baseline="COPY FROM binary (one connection)",
+        higher_is_better=False,
+        columns={"rows_per_s": "rows/s"},
+        note="to_sql is timed on a sample and its rate scaled to the full table.",
+    )
+    results.save()
     return 0
 
 

@@ -5,6 +5,7 @@
 
 Fifty SlurmJobTriggers in one event loop (as in one triggerer) watch fifty
 jobs; sshd's log counts the SSH logins, the JobWatcher counts status queries.
+Results go to benchmarks/results/slurm_polling.json.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ import json
 import os
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from results import Results
 
 CONN = {
     "conn_type": "slurm",
@@ -60,22 +64,31 @@ def main() -> int:
         return time.monotonic() - start, watcher.polls, logins() - before
 
     seconds, polls, new_logins = asyncio.run(watch())
-    print(
-        json.dumps(
-            {
-                "jobs": args.jobs,
-                "interval_s": args.interval,
-                "seconds": seconds,
-                "status_queries": polls,
-                "ssh_logins": new_logins,
-            }
-        )
+    intervals = max(seconds / args.interval, 1)
+    results = Results(
+        "slurm_polling",
+        f"Polling cost of deferred Slurm tasks (`benchmarks/bench_slurm_polling.py`)\n"
+        f"{args.jobs} `SlurmJobTrigger`s in one event loop, as one triggerer holds them, watch "
+        f"{args.jobs} jobs of `sleep {args.seconds}` on the single-node Slurm (which runs as many "
+        "at a time as it has CPUs). sshd's own log counts the logins; the shared `JobWatcher` "
+        f"counts the status queries. The run took {seconds:.0f} s.",
     )
-    print(
-        f"{args.jobs} deferred jobs watched for {seconds:.1f} s at a {args.interval} s interval: "
-        f"{polls} status queries ({polls / max(seconds / args.interval, 1):.2f} per interval), "
-        f"{new_logins} new SSH login(s)"
-    )
+    results.scenario(
+        "queries",
+        f"Status queries per {args.interval:g} s poll interval, all {args.jobs} jobs",
+        [
+            {"contender": "shared JobWatcher (one batched query)",
+             "per_interval": polls / intervals, "total": polls, "logins": new_logins},
+            {"contender": "a trigger that polls on its own (jobs × intervals)",
+             "per_interval": float(args.jobs), "total": args.jobs * intervals, "logins": None},
+        ],
+        value="per_interval",
+        unit="queries per interval",
+        higher_is_better=False,
+        columns={"total": "queries in the run", "logins": "new SSH logins"},
+        target="≤ 1 status query per interval per login node; ≤ 1 connection per login node",
+    )  # fmt: skip
+    results.save()
     return 0
 
 

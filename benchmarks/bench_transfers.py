@@ -1,14 +1,16 @@
-"""Stage-in throughput against MinIO, side by side with s5cmd and s3fs, in one run.
+"""S3 stage-in and stage-out against MinIO, side by side with the tools people use today.
 
 Run with the services up (``make bench`` does both)::
 
     scripts/services.sh up && eval "$(scripts/services.sh env)"
     .venv/bin/python benchmarks/bench_transfers.py [--rounds 3]
 
-Every contender downloads into the same local file system; contenders take
-turns within each round and the median of the rounds is reported, with the
-ratio to s5cmd.  s5cmd runs as a subprocess (its
-time includes its ~10 ms start-up); the cache is timed in-process.
+Contenders: dask_staging (``Cache.stage``, ``stage_out``), s5cmd (a subprocess,
+so its time includes its ~10 ms start-up), s3fs, fsspec ``simplecache::`` and
+boto3's TransferManager, each with its defaults unless a scenario sets the
+stream count.  They download into the same local file system, take turns
+within each round, and the median of the rounds is reported as a ratio to
+s5cmd.  Results go to benchmarks/results/transfers.json.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ import atexit
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -29,7 +30,10 @@ from pathlib import Path
 import fsspec
 import s3fs
 
-from dask_staging import Cache
+from dask_staging import Cache, stage_out
+
+sys.path.insert(0, str(Path(__file__).parent))
+from results import Results, interleaved, timed
 
 MiB = 1 << 20
 ENDPOINT = os.environ.get("EXA_MINIO_ENDPOINT", "http://127.0.0.1:9000")
@@ -46,12 +50,6 @@ def s5cmd(endpoint: str, *args: str) -> None:
         os.environ, S3_ENDPOINT_URL=endpoint, AWS_ACCESS_KEY_ID=USER, AWS_SECRET_ACCESS_KEY=PASSWORD
     )
     subprocess.run([S5CMD, "--log", "error", *args], check=True, env=env)
-
-
-def timed(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
 
 
 def prepare(fs: s3fs.S3FileSystem, work: Path) -> None:
@@ -125,44 +123,201 @@ def cache_once(work: Path, urls: list[str], endpoint: str, **kwargs) -> float:
     return elapsed
 
 
-def s5cmd_once(work: Path, source: str, endpoint: str, *flags: str) -> float:
-    out = work / "s5cmd-out"
+def fresh_dir(work: Path, name: str) -> Path:
+    out = work / name
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir()
-    elapsed = timed(lambda: s5cmd(endpoint, *flags, "cp", source, f"{out}/"))
+    return out
+
+
+def s5cmd_once(work: Path, source: str, endpoint: str, *flags: str) -> float:
+    out = fresh_dir(work, "s5cmd-out")
+    elapsed = timed(lambda: s5cmd(endpoint, "cp", *flags, source, f"{out}/"))
     shutil.rmtree(out)
     return elapsed
 
 
-def s3fs_once(work: Path, path: str, endpoint: str, **kwargs) -> float:
-    fs = s3fs.S3FileSystem(
-        key=USER, secret=PASSWORD, endpoint_url=endpoint, skip_instance_cache=True
-    )
-    out = work / "s3fs-out"
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir()
+def s3fs_options(endpoint: str, streams: int | None) -> dict:
+    options = {"key": USER, "secret": PASSWORD, "endpoint_url": endpoint}
+    if streams is not None:  # concurrent range requests per file (s3fs's max_concurrency)
+        options["max_concurrency"] = streams
+    return options
+
+
+def s3fs_once(work: Path, path: str, endpoint: str, streams: int | None = None) -> float:
+    fs = s3fs.S3FileSystem(**s3fs_options(endpoint, streams), skip_instance_cache=True)
+    out = fresh_dir(work, "s3fs-out")
     if path.endswith("/"):
         elapsed = timed(lambda: fs.get(path, f"{out}/", recursive=True))
     else:
-        elapsed = timed(lambda: fs.get_file(path, str(out / "f"), **kwargs))
+        elapsed = timed(lambda: fs.get_file(path, str(out / "f")))
     shutil.rmtree(out)
     return elapsed
 
 
-def interleaved(rounds: int, contenders: dict) -> dict[str, float]:
-    """Median time of each contender, running them in turn within every round."""
-    times: dict[str, list[float]] = {name: [] for name in contenders}
-    for _ in range(rounds):
-        for name, fn in contenders.items():
-            times[name].append(fn())
-    return {name: statistics.median(ts) for name, ts in times.items()}
+def simplecache_once(
+    work: Path, paths: list[str], endpoint: str, streams: int | None = None
+) -> float:
+    """fsspec's whole-file cache: opening a path downloads it into cache_storage."""
+    storage = fresh_dir(work, "simplecache")
+    fs = fsspec.filesystem(
+        "simplecache",
+        target_protocol="s3",
+        target_options={**s3fs_options(endpoint, streams), "skip_instance_cache": True},
+        cache_storage=str(storage),
+        skip_instance_cache=True,
+    )
+
+    def fetch():
+        for path in paths:
+            with fs.open(path, "rb"):
+                pass
+
+    elapsed = timed(fetch)
+    shutil.rmtree(storage)
+    return elapsed
+
+
+def boto3_client(endpoint: str, streams: int = 10):
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=USER,
+        aws_secret_access_key=PASSWORD,
+        region_name="us-east-1",
+        config=Config(max_pool_connections=max(streams, 10)),
+    )
+
+
+def boto3_config(streams: int | None):
+    from boto3.s3.transfer import TransferConfig
+
+    return (
+        TransferConfig()
+        if streams is None
+        else TransferConfig(max_concurrency=streams, multipart_chunksize=8 * MiB)
+    )
+
+
+def boto3_once(work: Path, keys: list[str], endpoint: str, streams: int | None = None) -> float:
+    """boto3's TransferManager (the engine of ``download_file``), all keys submitted at once."""
+    from boto3.s3.transfer import create_transfer_manager
+
+    client = boto3_client(endpoint, streams or 10)
+    out = fresh_dir(work, "boto3-out")
+
+    def fetch():
+        with create_transfer_manager(client, boto3_config(streams)) as manager:
+            futures = [
+                manager.download(BUCKET, key, str(out / f"{i}")) for i, key in enumerate(keys)
+            ]
+            for future in futures:
+                future.result()
+
+    elapsed = timed(fetch)
+    shutil.rmtree(out)
+    return elapsed
+
+
+# -- stage-out ------------------------------------------------------------------------
+
+
+def upload_sources(work: Path) -> tuple[Path, Path]:
+    big = work / "up-big.bin"
+    if not big.exists():
+        with open(big, "wb") as f:
+            for _ in range(1024):
+                f.write(os.urandom(MiB))
+    small = work / "up-small"
+    if not small.exists():
+        small.mkdir()
+        for i in range(1000):
+            (small / f"obj-{i:04d}").write_bytes(os.urandom(256 << 10))
+    return big, small
+
+
+def boto3_upload(paths: list[Path], keys: list[str]) -> float:
+    from boto3.s3.transfer import create_transfer_manager
+
+    client = boto3_client(ENDPOINT)
+
+    def send():
+        with create_transfer_manager(client, boto3_config(None)) as manager:
+            futures = [manager.upload(str(p), BUCKET, k) for p, k in zip(paths, keys, strict=True)]
+            for future in futures:
+                future.result()
+
+    return timed(send)
+
+
+def bench_stage_out(work: Path, rounds: int, results: Results) -> None:
+    big, small = upload_sources(work)
+    fs = s3fs.S3FileSystem(key=USER, secret=PASSWORD, endpoint_url=ENDPOINT)
+    files = sorted(small.iterdir())
+    t = interleaved(
+        rounds,
+        {
+            "s5cmd": lambda: timed(
+                lambda: s5cmd(ENDPOINT, "cp", str(big), f"s3://{BUCKET}/out/s5cmd.bin")
+            ),
+            "dask_staging stage_out": lambda: timed(
+                lambda: stage_out(big, f"s3://{BUCKET}/out/ds.bin")
+            ),
+            "s3fs put_file": lambda: timed(lambda: fs.put_file(str(big), f"{BUCKET}/out/s3fs.bin")),
+            "boto3 TransferManager": lambda: boto3_upload([big], ["out/boto3.bin"]),
+        },
+    )
+    gb = 1024 * MiB / 1e9
+    results.scenario(
+        "out-large",
+        "Stage-out: one 1 GiB file (multipart)",
+        [{"contender": k, "gbps": gb / v} for k, v in t.items()],
+        value="gbps",
+        unit="GB/s",
+        baseline="s5cmd",
+        target="≥ 1.0× s5cmd",
+    )
+    t = interleaved(
+        rounds,
+        {
+            "s5cmd": lambda: timed(
+                lambda: s5cmd(ENDPOINT, "cp", f"{small}/*", f"s3://{BUCKET}/out-small/s5cmd/")
+            ),
+            "dask_staging stage_out": lambda: timed(
+                lambda: stage_out(small, f"s3://{BUCKET}/out-small/ds/")
+            ),
+            "s3fs put": lambda: timed(
+                lambda: fs.put(f"{small}/", f"{BUCKET}/out-small/s3fs/", recursive=True)
+            ),
+            "boto3 TransferManager": lambda: boto3_upload(
+                files, [f"out-small/boto3/{p.name}" for p in files]
+            ),
+        },
+    )
+    results.scenario(
+        "out-small",
+        "Stage-out: 1,000 files of 256 KiB",
+        [{"contender": k, "objects_per_s": 1000 / v} for k, v in t.items()],
+        value="objects_per_s",
+        unit="objects/s",
+        baseline="s5cmd",
+        target="≥ 1.0× s5cmd",
+    )
+
+
+# -- cache hits -----------------------------------------------------------------------
 
 
 def median_of(rounds: int, fn) -> float:
+    import statistics
+
     return statistics.median(fn() for _ in range(rounds))
 
 
-def bench_hit(work: Path) -> dict:
+def bench_hit(work: Path, results: Results) -> None:
     root = work / "hit-cache"
     shutil.rmtree(root, ignore_errors=True)
     url = f"s3://{BUCKET}/mid/256MiB.bin"
@@ -184,22 +339,41 @@ def bench_hit(work: Path) -> dict:
 
     local()  # warm the page cache
     through_staged()
-    t_local = median_of(7, lambda: timed(local))
-    t_staged = median_of(7, lambda: timed(through_staged))
+    t = interleaved(
+        7,
+        {
+            "open() on the local file": lambda: timed(local),
+            "staged::s3:// (cache hit)": lambda: timed(through_staged),
+        },
+    )
+    results.scenario(
+        "hit-read",
+        "Cache hit: reading a cached 256 MiB object",
+        [{"contender": k, "gbps": 256 * MiB / v / 1e9} for k, v in t.items()],
+        value="gbps",
+        unit="GB/s",
+        baseline="open() on the local file",
+        target="≥ 0.9× a local read",
+    )
     latencies = []
     for _ in range(20000):
         start = time.perf_counter()
         cache.get(url)
-        latencies.append(time.perf_counter() - start)
+        latencies.append((time.perf_counter() - start) * 1e6)
     latencies.sort()
     cache.close()
-    return {
-        "local_read_GBps": 256 * MiB / t_local / 1e9,
-        "staged_read_GBps": 256 * MiB / t_staged / 1e9,
-        "staged_vs_local": t_local / t_staged,
-        "get_hit_median_us": latencies[len(latencies) // 2] * 1e6,
-        "get_hit_p99_us": latencies[int(len(latencies) * 0.99)] * 1e6,
-    }
+    results.scenario(
+        "hit-latency",
+        "Cache hit: latency of Cache.get (20,000 calls)",
+        [
+            {"contender": "Cache.get, median", "us": latencies[len(latencies) // 2]},
+            {"contender": "Cache.get, p99", "us": latencies[int(len(latencies) * 0.99)]},
+        ],
+        value="us",
+        unit="µs",
+        higher_is_better=False,
+        target="median ≤ 200 µs",
+    )
 
 
 def main() -> int:
@@ -218,69 +392,102 @@ def main() -> int:
     fs = s3fs.S3FileSystem(key=USER, secret=PASSWORD, endpoint_url=ENDPOINT)
     prepare(fs, work)
     r = args.rounds
-    results: dict[str, dict] = {}
+    results = Results(
+        "transfers",
+        "S3 stage-in and stage-out (`benchmarks/bench_transfers.py`)\n"
+        "Against MinIO on loopback, and through toxiproxy emulating a WAN link. dask_staging is "
+        "timed in-process with its defaults (`streams=8`, `part_size=16 MiB`, `transfers=64`); its "
+        "times include the index writes, the temp-then-rename publish and the checksum. s5cmd runs "
+        "as a subprocess (its times include its ~10 ms start-up). Medians of "
+        f"{r} interleaved rounds.",
+    )
 
-    big = [f"s3://{BUCKET}/big/1GiB.bin"]
     gb = 1024 * MiB / 1e9
     t = interleaved(
         r,
         {
-            "s5cmd": lambda: s5cmd_once(work, big[0], ENDPOINT),
-            "dask_staging": lambda: cache_once(work, big, ENDPOINT),
+            "s5cmd": lambda: s5cmd_once(work, f"s3://{BUCKET}/big/1GiB.bin", ENDPOINT),
+            "dask_staging": lambda: cache_once(work, [f"s3://{BUCKET}/big/1GiB.bin"], ENDPOINT),
             "s3fs get_file": lambda: s3fs_once(work, f"{BUCKET}/big/1GiB.bin", ENDPOINT),
+            "fsspec simplecache::": lambda: simplecache_once(
+                work, [f"{BUCKET}/big/1GiB.bin"], ENDPOINT
+            ),
+            "boto3 TransferManager": lambda: boto3_once(work, ["big/1GiB.bin"], ENDPOINT),
         },
     )
-    results["1 GiB object (GB/s)"] = {k: gb / v for k, v in t.items()}
+    results.scenario(
+        "large",
+        "Stage-in: one 1 GiB object, loopback",
+        [{"contender": k, "gbps": gb / v} for k, v in t.items()],
+        value="gbps",
+        unit="GB/s",
+        baseline="s5cmd",
+        target="dask_staging ≥ 1.0× s5cmd",
+    )
 
-    small = [f"s3://{BUCKET}/small/obj-{i:04d}" for i in range(1000)]
+    keys = [f"small/obj-{i:04d}" for i in range(1000)]
     t = interleaved(
         r,
         {
             "s5cmd": lambda: s5cmd_once(work, f"s3://{BUCKET}/small/*", ENDPOINT),
-            "dask_staging": lambda: cache_once(work, small, ENDPOINT),
-            "s3fs get": lambda: s3fs_once(work, f"{BUCKET}/small/", ENDPOINT),
+            "dask_staging": lambda: cache_once(
+                work, [f"s3://{BUCKET}/{k}" for k in keys], ENDPOINT
+            ),
+            "s3fs get (recursive)": lambda: s3fs_once(work, f"{BUCKET}/small/", ENDPOINT),
+            "fsspec simplecache::": lambda: simplecache_once(
+                work, [f"{BUCKET}/{k}" for k in keys], ENDPOINT
+            ),
+            "boto3 TransferManager": lambda: boto3_once(work, keys, ENDPOINT),
         },
     )
-    results["1000 x 256 KiB (objects/s)"] = {k: 1000 / v for k, v in t.items()}
+    results.scenario(
+        "small",
+        "Stage-in: 1,000 objects of 256 KiB, loopback",
+        [{"contender": k, "objects_per_s": 1000 / v} for k, v in t.items()],
+        value="objects_per_s",
+        unit="objects/s",
+        baseline="s5cmd",
+        target="dask_staging ≥ 1.0× s5cmd",
+    )
 
     slow = toxic_proxy(latency_ms=10, rate_kbs=50_000)
-    mid = [f"s3://{BUCKET}/mid/256MiB.bin"]
+    mid = f"s3://{BUCKET}/mid/256MiB.bin"
     mb = 256 * MiB / 1e6
-    t = interleaved(
-        r,
-        {
-            "s5cmd 16 streams": lambda: s5cmd_once_streams(work, mid[0], slow, 16),
-            "dask_staging 16 streams": lambda: cache_once(
-                work, mid, slow, streams=16, part_size=8 * MiB
+    wan_rounds = max(1, min(r, 3))
+    for streams in (1, 4, 16):
+        contenders = {
+            "s5cmd": lambda n=streams: s5cmd_once(
+                work, mid, slow, "--concurrency", str(n), "--part-size", "8"
             ),
-        },
-    )
-    t["dask_staging 1 stream"] = cache_once(work, mid, slow, streams=1)  # ~5.5 s, once
-    results["256 MiB via 10 ms / 50 MB/s per connection (MB/s)"] = {k: mb / v for k, v in t.items()}
-
-    results["cache hit"] = bench_hit(work)
-    shutil.rmtree(work, ignore_errors=True)
-    print(json.dumps(results, indent=1))
-    for name, row in results.items():
-        print(f"\n{name}")
-        base = next(iter(row.values()))
-        for k, v in row.items():
-            ratio = f"  ({v / base:.2f}x first)" if "hit" not in name else ""
-            print(f"  {k:28s} {v:10.3f}{ratio}")
-    return 0
-
-
-def s5cmd_once_streams(work: Path, source: str, endpoint: str, streams: int) -> float:
-    out = work / "s5cmd-out"
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir()
-    elapsed = timed(
-        lambda: s5cmd(
-            endpoint, "cp", "--concurrency", str(streams), "--part-size", "8", source, f"{out}/"
+            "dask_staging": lambda n=streams: cache_once(
+                work, [mid], slow, streams=n, part_size=8 * MiB
+            ),
+            "boto3 TransferManager": lambda n=streams: boto3_once(
+                work, ["mid/256MiB.bin"], slow, n
+            ),
+        }
+        contenders["s3fs get_file"] = lambda n=streams: s3fs_once(work, mid[5:], slow, n)
+        contenders["fsspec simplecache::"] = lambda n=streams: simplecache_once(
+            work, [mid[5:]], slow, n
         )
-    )
-    shutil.rmtree(out)
-    return elapsed
+        t = interleaved(wan_rounds, contenders)
+        results.scenario(
+            f"wan-{streams}",
+            f"Stage-in through a WAN-like link (10 ms, 50 MB/s per connection): "
+            f"256 MiB, {streams} stream{'s' if streams > 1 else ''} each",
+            [{"contender": k, "mbps": mb / v} for k, v in t.items()],
+            value="mbps",
+            unit="MB/s",
+            baseline="s5cmd",
+            target="dask_staging ≥ 1.0× s5cmd; 16 streams ≥ 5× one stream" if streams == 16 else "",
+            note=f"Median of {wan_rounds} rounds.",
+        )
+
+    bench_stage_out(work, r, results)
+    bench_hit(work, results)
+    shutil.rmtree(work, ignore_errors=True)
+    results.save()
+    return 0
 
 
 if __name__ == "__main__":
