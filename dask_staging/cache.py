@@ -26,7 +26,7 @@ from typing import Any, BinaryIO
 from dask.utils import format_bytes, parse_bytes
 from fsspec.callbacks import Callback, NoOpCallback
 
-from dask_staging import checksum, layout, owner
+from dask_staging import checksum, failpoints, layout, owner
 from dask_staging.engines import engine_for
 from dask_staging.errors import (
     CacheFullError,
@@ -339,13 +339,17 @@ class Cache:
         target = 0 if to_bytes is None else _as_bytes(to_bytes)
         return self._evict_to(target)
 
-    def verify(self, *, remove: bool = False) -> list[str]:
+    def verify(self, *, remove: bool = False, orphan_age: float = 60.0) -> list[str]:
         """URLs whose local copy is missing or fails its size or checksum check.
 
-        With ``remove=True`` those entries are also dropped, to be staged again.
+        With ``remove=True`` those entries are also dropped, to be staged again,
+        and files that no ready entry accounts for (left by a process killed
+        between renaming a download into place and recording it) are deleted
+        once they are ``orphan_age`` seconds old.
         """
         bad = []
-        for entry in self.index.entries():
+        entries = self.index.entries()
+        for entry in entries:
             path = self._file(entry)
             try:
                 ok = checksum.tree_size(str(path)) == entry.size
@@ -359,7 +363,21 @@ class Cache:
                 if remove:
                     self.index.forget(entry.url)
                     remove_file(path)
+        if remove:
+            known = {entry.path for entry in entries}
+            for path in self._orphans(known, orphan_age):
+                logger.warning("removing %s: no cache entry accounts for it", path)
+                remove_file(path)
         return bad
+
+    def _orphans(self, known: set[str], older_than: float) -> list[Path]:
+        cutoff = time.time() - older_than
+        out = []
+        for path in (self.root / layout.DATA).glob("*/*"):
+            relative = path.relative_to(self.root).as_posix()
+            if relative not in known and path.lstat().st_mtime <= cutoff:
+                out.append(path)
+        return out
 
     def stats(self) -> dict[str, Any]:
         """This process's counters and the index's totals."""
@@ -497,6 +515,7 @@ class Cache:
         flushed = time.monotonic()
 
         def publish() -> None:
+            failpoints.reach("publish")
             lost = self.index.publish_many(batch)
             for key in lost:
                 logger.warning("another host took over %s while it was downloading here", key)
@@ -717,6 +736,7 @@ class Cache:
             def unlink(urls: list[str]) -> None:
                 for url in urls:
                     remove_file(self._file(by_url[url]))
+                    failpoints.reach("evict")
 
             removed = self.index.remove_many(free, then=unlink)
         finally:
@@ -790,6 +810,12 @@ def _make_root(root: str | os.PathLike) -> Path:
         raise StagingError(f"cannot create the cache root {path}: {exc.strerror}") from None
     if not os.access(path, os.W_OK | os.X_OK):
         raise StagingError(f"the cache root {path} is not writable")
+    owner_uid = path.stat().st_uid
+    if owner_uid != os.geteuid():
+        raise StagingError(
+            f"the cache root {path} belongs to uid {owner_uid}, not to this user "
+            f"(uid {os.geteuid()}); use a root of your own"
+        )
     return path.resolve()
 
 

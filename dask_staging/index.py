@@ -139,6 +139,10 @@ class CacheIndex:
 
     @classmethod
     def for_root(cls, root: Path, url: str | None = None, **kwargs) -> CacheIndex:
+        if url is None:  # created 0600 here; SQLite gives its -wal and -shm files the same mode
+            fd = os.open(root / "index.sqlite", os.O_RDWR | os.O_CREAT, 0o600)
+            os.fchmod(fd, 0o600)
+            os.close(fd)
         return cls(url or _sqlite_url(root), **kwargs)
 
     def close(self) -> None:

@@ -77,6 +77,6 @@ def parse_temp_name(name: str) -> tuple[str, int] | None:
 def inside(root: Path, relative: str) -> str:
     """Absolute path of ``relative`` under the resolved ``root``; refuses anything outside it."""
     path = os.path.normpath(f"{root}/{relative}")
-    if not path.startswith(f"{root}{os.sep}"):
+    if "\x00" in relative or not path.startswith(f"{root}{os.sep}"):
         raise ValueError(f"cache path {relative!r} resolves outside the cache root {root}")
     return path

@@ -27,7 +27,7 @@ from concurrent.futures import FIRST_EXCEPTION, Executor, wait
 from dataclasses import dataclass
 from typing import Protocol
 
-from dask_staging import checksum
+from dask_staging import checksum, failpoints
 from dask_staging.errors import DiskFullError, StagingError, TransferError
 
 
@@ -216,6 +216,7 @@ def _copy_part(source, url, start, end, info, body, cfg, write, on_bytes) -> Non
                     raise TransferError(f"the server sent more bytes than asked for {url}")
                 write(chunk, offset)
                 offset += n
+                failpoints.reach("download")
                 if on_bytes is not None:
                     on_bytes(n)
             if offset != end:
@@ -258,6 +259,7 @@ def _write_file(dest: str, final: str, data) -> bytes:
             view = view[os.write(fd, view) :]
     finally:
         os.close(fd)
+    failpoints.reach("download")
     _move_into_place(dest, final)
     return hasher.digest()
 

@@ -5,6 +5,7 @@
 #   scripts/services.sh down    stop everything started by "up"
 #   scripts/services.sh env     print the environment (export lines) that points clients at them
 #   scripts/services.sh status  say what is running
+#   scripts/services.sh restart minio|postgres   restart one server, keeping its data (fault tests)
 #
 # Binaries built from source are cached in $EXA_TOOLS (default ~/.cache/exa-tools/bin);
 # service state lives in $EXA_SERVICES_DIR (default .services/ in the checkout).
@@ -107,6 +108,13 @@ up_postgres() {
       start >/dev/null
   fi
   log "postgres ready on 127.0.0.1:$PG_PORT"
+}
+
+restart_postgres() {
+  local dir="$state/pg" as=()
+  [ "$(id -u)" = 0 ] && as=(runuser -u postgres --)
+  "${as[@]}" "$PG_BIN/pg_ctl" -D "$dir/data" -m fast -w restart >/dev/null
+  log "postgres restarted"
 }
 
 down_postgres() {
@@ -264,7 +272,12 @@ case "${1:-}" in
   down) stop toxiproxy; stop minio; rm -rf "$state/minio-data"; down_postgres; down_slurm
     down_sshd ;;
   env) print_env ;;
+  restart) case "${2:-}" in
+      minio) stop minio; up_minio ;;
+      postgres) restart_postgres ;;
+      *) log "restart what? minio or postgres"; exit 2 ;;
+    esac ;;
   status) for s in minio toxiproxy; do running $s && echo "$s running" || echo "$s stopped"; done
     [ -f "$state/pg/data/postmaster.pid" ] && echo "postgres running" || echo "postgres stopped" ;;
-  *) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -6,6 +6,8 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dask_staging import checksum, layout, owner
 from dask_staging.transfer import plan_parts
@@ -49,6 +51,31 @@ def test_no_key_escapes_the_root(tmp_path, key):
     path = Path(layout.inside(tmp_path, rel))
     assert tmp_path in path.parents
     assert rel.startswith("data/") and ".." not in rel and "\\" not in rel
+
+
+@settings(max_examples=600, deadline=None)
+@given(key=st.text(min_size=1, max_size=300), scheme=st.sampled_from(["s3", "S3A", "gs", "file"]))
+def test_property_no_object_key_or_url_resolves_outside_the_root(tmp_path_factory, key, scheme):
+    root = tmp_path_factory.getbasetemp() / "root"
+    try:
+        url = layout.normalize_url(f"{scheme}://bucket/{key}")
+    except ValueError:
+        return  # refused outright: nothing is written
+    for rel in (layout.relative_path(url), layout.temp_path(url)):
+        path = Path(layout.inside(root, rel))
+        assert root in path.parents and ".." not in Path(rel).parts
+        assert "\x00" not in rel and "/" not in rel.split("/", 2)[-1]
+
+
+@settings(max_examples=300, deadline=None)
+@given(rel=st.text(max_size=200))
+def test_property_inside_never_returns_a_path_outside(tmp_path_factory, rel):
+    root = tmp_path_factory.getbasetemp() / "root"
+    try:
+        path = Path(layout.inside(root, rel))
+    except ValueError:
+        return
+    assert root in path.parents and ".." not in path.relative_to(root).parts
 
 
 def test_inside_refuses_escapes(tmp_path):

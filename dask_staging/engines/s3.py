@@ -50,6 +50,9 @@ def split_url(url: str) -> tuple[str, str]:
     return bucket, key
 
 
+READ_TIMEOUT = 30.0  # seconds without a byte before an attempt is abandoned and retried
+
+
 def store_settings(options: dict[str, Any]) -> tuple[dict, dict]:
     """obstore ``config`` and ``client_options`` from s3fs-style storage options."""
     client_kwargs = options.get("client_kwargs") or {}
@@ -78,9 +81,12 @@ def store_settings(options: dict[str, Any]) -> tuple[dict, dict]:
         config["token"] = options["token"]
     if options.get("anon"):
         config["skip_signature"] = True
+    timeouts = options.get("config_kwargs") or {}
     client = {
         "allow_http": bool(endpoint and endpoint.startswith("http://")),
-        "connect_timeout": timedelta(seconds=10),
+        "connect_timeout": timedelta(seconds=float(timeouts.get("connect_timeout", 10))),
+        # a stalled connection: no byte for read_timeout seconds ends the attempt
+        "read_timeout": timedelta(seconds=float(timeouts.get("read_timeout", READ_TIMEOUT))),
         "timeout": timedelta(seconds=600),
         "pool_max_idle_per_host": "64",
     }

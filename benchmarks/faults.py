@@ -1,0 +1,202 @@
+"""Fault injection against a real cache: kill -9 at random moments, and many processes under load.
+
+Used by ``tests/test_faults.py`` (small counts, assertions) and ``benchmarks/soak.py``
+(large counts, figures for docs/reliability.md).  Every object's content is a pure
+function of its key, so any reader can check what it got without a reference copy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+MiB = 1 << 20
+
+
+def content(key: str, size: int) -> bytes:
+    """The bytes of object ``key``: its SHA-256 repeated (and cut) to ``size``."""
+    block = hashlib.sha256(key.encode()).digest() * 2048  # 64 KiB
+    return (block * (size // len(block) + 1))[:size]
+
+
+def seed(fs, bucket: str, sizes: dict[str, int]) -> dict[str, int]:
+    """Write every ``{key: size}`` object to ``bucket``; returns ``{s3 url: size}``."""
+    if not fs.exists(bucket):
+        fs.mkdir(bucket)
+    for key, size in sizes.items():
+        fs.pipe(f"{bucket}/{key}", content(key, size))
+    return {f"s3://{bucket}/{key}": size for key, size in sizes.items()}
+
+
+def check_file(path: str, url: str, size: int) -> bool:
+    with open(path, "rb") as f:
+        return f.read() == content(url.split("/", 3)[3], size)
+
+
+# A child process that stages, reads back and evicts until it is killed or done.
+WORKER = r"""
+import json, random, sys
+sys.path.insert(0, sys.argv[4])
+from faults import check_file
+from dask_staging import Cache
+root, objects, seed = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
+rng = random.Random(seed)
+cache = Cache(root, max_bytes=int(sys.argv[5]), part_size=4 << 20, streams=4)
+urls = list(objects)
+for _ in range(int(sys.argv[6])):
+    picked = rng.sample(urls, rng.randint(1, 6))
+    for url, path in cache.stage(picked).items():
+        if not check_file(path, url, objects[url]):
+            print(f"CORRUPT {url}", flush=True)
+            sys.exit(3)
+    if rng.random() < 0.3:
+        cache.evict(to_bytes=rng.randint(0, int(sys.argv[5])))
+cache.close()
+"""
+
+
+def invariants(root: str, objects: dict[str, int]) -> dict:
+    """Check a cache after crashes: repair what crashes may leave, then insist all agrees.
+
+    Returns counts; raises AssertionError naming the first thing that is wrong.
+    """
+    from dask_staging import Cache
+
+    cache = Cache(root)
+    try:
+        bad = cache.verify()
+        assert bad == [], f"verify() found corrupt or missing copies: {bad[:5]}"
+        entries = cache.entries()
+        for entry in entries:
+            path = str(Path(root, entry.path))
+            assert check_file(path, entry.url, objects[entry.url]), f"wrong bytes: {entry.url}"
+        orphans_before = len(cache._orphans({e.path for e in cache.index.entries()}, 0))
+        cache.verify(remove=True, orphan_age=0)
+        known = {Path(root, e.path) for e in cache.index.entries()}
+        on_disk = set(Path(root, "data").glob("*/*"))
+        assert on_disk == known, f"files without entries: {sorted(on_disk - known)[:5]}"
+        temps = list(Path(root, "tmp").iterdir())
+        assert temps == [], f"temp files left by dead processes: {temps[:5]}"
+        verified_bytes = sum(e.size for e in entries)
+        # the next request succeeds, with the right bytes
+        for url, path in cache.stage(list(objects)).items():
+            assert check_file(path, url, objects[url]), f"wrong bytes after recovery: {url}"
+        return {"entries": len(entries), "orphans_removed": orphans_before, "bytes_verified":
+                verified_bytes + sum(objects.values())}  # fmt: skip
+    finally:
+        cache.close()
+
+
+def kill9_soak(root: str, objects: dict[str, int], *, rounds: int, seed: int = 1) -> dict:
+    """``rounds`` children, each killed with SIGKILL at a random time or failpoint."""
+    rng = random.Random(seed)
+    here = str(Path(__file__).parent)
+    max_bytes = sum(objects.values()) // 3
+    modes = ["timer", "download", "publish", "evict"]
+    killed = {mode: 0 for mode in modes}
+    finished = 0
+    start = time.monotonic()
+    for i in range(rounds):
+        mode = modes[i % len(modes)]
+        env = dict(os.environ)
+        env.pop("DASK_STAGING_FAILPOINTS", None)
+        if mode != "timer":
+            env["DASK_STAGING_FAILPOINTS"] = f"{mode}:{rng.randint(1, 4)}"
+        argv = [sys.executable, "-c", WORKER, root, json.dumps(objects), str(rng.random() * 1e9),
+                here, str(max_bytes), "8"]  # fmt: skip
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True)
+        if mode == "timer":
+            time.sleep(rng.uniform(0.3, 1.5))  # start-up is ~0.3 s: kill during the work
+            proc.send_signal(signal.SIGKILL)
+        out, _ = proc.communicate(timeout=120)
+        assert "CORRUPT" not in out, f"a reader was served a partial file: {out.strip()}"
+        if proc.returncode == -signal.SIGKILL:
+            killed[mode] += 1
+        else:
+            assert proc.returncode == 0, f"worker failed with {proc.returncode}: {out[-500:]}"
+            finished += 1
+    checked = invariants(root, objects)
+    return {
+        "rounds": rounds,
+        "killed": killed,
+        "finished_before_the_kill": finished,
+        "seconds": time.monotonic() - start,
+        **checked,
+    }
+
+
+LOADER = r"""
+import json, random, sys
+sys.path.insert(0, sys.argv[4])
+from faults import content
+from dask_staging import Cache
+root, objects, seed, gets = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), int(sys.argv[5])
+rng = random.Random(seed)
+cache = Cache(root, max_bytes=int(sys.argv[6]))
+urls, wrong = list(objects), 0
+for _ in range(gets):
+    url = rng.choice(urls)
+    with cache.open(url) as f:
+        if f.read() != content(url.split("/", 3)[3], objects[url]):
+            wrong += 1
+stats = cache.stats()
+cache.close()
+print(json.dumps({"wrong": wrong, "misses": stats["misses"], "hits": stats["hits"],
+                  "bytes_staged": stats["bytes_staged"]}))
+"""
+
+
+def load_soak(
+    root: str, objects: dict[str, int], *, processes: int, gets: int, fraction=0.4
+) -> dict:
+    """``processes`` x ``gets`` random reads through one cache ``fraction`` the working set."""
+    here = str(Path(__file__).parent)
+    max_bytes = int(sum(objects.values()) * fraction)
+    start = time.monotonic()
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                LOADER,
+                root,
+                json.dumps(objects),
+                str(i),
+                here,
+                str(gets),
+                str(max_bytes),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(processes)
+    ]
+    results = []
+    for proc in procs:
+        out, _ = proc.communicate(timeout=900)
+        assert proc.returncode == 0, f"a loader failed: {out[-500:]}"
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    seconds = time.monotonic() - start
+    wrong = sum(r["wrong"] for r in results)
+    assert wrong == 0, f"{wrong} reads returned wrong bytes"
+    checked = invariants(root, objects)
+    return {
+        "processes": processes,
+        "gets": processes * gets,
+        "objects": len(objects),
+        "working_set_bytes": sum(objects.values()),
+        "cache_bytes": max_bytes,
+        "wrong_reads": wrong,
+        "misses": sum(r["misses"] for r in results),
+        "hits": sum(r["hits"] for r in results),
+        "bytes_fetched": sum(r["bytes_staged"] for r in results),
+        "seconds": seconds,
+        **checked,
+    }
