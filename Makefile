@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 PYTHON ?= python3
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 
-.PHONY: demo test venv services-up services-down lint bench clean
+.PHONY: demo test venv services-up services-down lint bench soak clean
 
 $(VENV)/.installed: pyproject.toml requirements.lock
 	@command -v uv >/dev/null || $(PYTHON) -m pip install --quiet uv
@@ -46,6 +46,12 @@ bench: venv
 	  $(PY) benchmarks/bench_postgres.py && $(PY) benchmarks/bench_dask.py && \
 	  $(PY) benchmarks/bench_index.py && $(PY) benchmarks/bench_slurm_polling.py && \
 	  $(PY) benchmarks/report.py
+
+# Reliability soak (docs/reliability.md): kill -9, load, resets, throttling at scale.
+soak: venv
+	@scripts/services.sh up
+	@set -a; eval "$$(scripts/services.sh env)"; set +a; \
+	  $(PY) benchmarks/soak.py && $(PY) benchmarks/report.py
 
 clean:
 	scripts/services.sh down || true

@@ -7,6 +7,7 @@ function of its key, so any reader can check what it got without a reference cop
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -149,7 +150,7 @@ for _ in range(gets):
 stats = cache.stats()
 cache.close()
 print(json.dumps({"wrong": wrong, "misses": stats["misses"], "hits": stats["hits"],
-                  "bytes_staged": stats["bytes_staged"]}))
+                  "bytes_staged": stats["bytes_staged"], "retries": stats["retries"]}))
 """
 
 
@@ -197,6 +198,53 @@ def load_soak(
         "misses": sum(r["misses"] for r in results),
         "hits": sum(r["hits"] for r in results),
         "bytes_fetched": sum(r["bytes_staged"] for r in results),
+        "retries": sum(r["retries"] for r in results),
         "seconds": seconds,
         **checked,
     }
+
+
+@contextlib.contextmanager
+def throttled_minio(data_dir: str, user: str, password: str, max_requests: int = 2):
+    """A second MinIO that answers 503 SlowDown beyond ``max_requests`` in flight."""
+    import socket
+    import urllib.request
+
+    tools = os.environ.get("EXA_TOOLS", os.path.expanduser("~/.cache/exa-tools/bin"))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, MINIO_ROOT_USER=user, MINIO_ROOT_PASSWORD=password,
+               MINIO_API_REQUESTS_MAX=str(max_requests), MINIO_API_REQUESTS_DEADLINE="20ms",
+               MINIO_BROWSER="off")  # fmt: skip
+    proc = subprocess.Popen(
+        [os.path.join(tools, "minio"), "server", data_dir, "--quiet",
+         "--address", f"127.0.0.1:{port}", "--console-address", "127.0.0.1:0"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"{endpoint}/minio/health/ready", timeout=1)
+                break
+            except OSError:
+                if time.time() > deadline or proc.poll() is not None:
+                    raise RuntimeError("the throttled MinIO did not start") from None
+                time.sleep(0.2)
+        yield endpoint
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def stage_and_check(cache, objects: dict[str, int]) -> dict:
+    """Stage ``objects`` through ``cache``; every byte must match; returns what it took."""
+    paths = cache.stage(list(objects))
+    for url, path in paths.items():
+        assert check_file(path, url, objects[url]), f"wrong bytes: {url}"
+    assert cache.verify() == []
+    stats = cache.stats()
+    return {"objects": len(objects), "bytes_verified": sum(objects.values()),
+            "retries": stats["retries"]}  # fmt: skip

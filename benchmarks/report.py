@@ -107,6 +107,38 @@ def section(result: dict, docs: Path) -> list[str]:
     return lines
 
 
+def size(n: float) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:,.1f} {unit}"
+    return f"{n:,.0f} B"
+
+
+def reliability(soak: dict) -> str:
+    """docs/reliability.md: the template's prose with the last soak run's figures."""
+    f = soak["figures"]
+    m = soak["machine"]
+    derived = {
+        "command": soak["command"],
+        "host": m["host"],
+        "cpu": m["cpu"],
+        "cores": m["cores"],
+        "date": soak["date"],
+        "kill9_killed": sum(f["kill9"]["killed"].values()),
+        "kill9_verified": size(f["kill9"]["bytes_verified"]),
+        "load_gets_each": f["load"]["gets"] // f["load"]["processes"],
+        "load_working_set": size(f["load"]["working_set_bytes"]),
+        "load_cache": size(f["load"]["cache_bytes"]),
+        "load_fetched": size(f["load"]["bytes_fetched"]),
+        "load_seconds": f"{f['load']['seconds']:.0f}",
+        "resets_verified": size(f["resets"]["bytes_verified"]),
+        "throttling_verified": size(f["throttling"]["bytes_verified"]),
+        "throttling_seconds": f"{f['throttling']['seconds']:.1f}",
+    }
+    template = (HERE / "reliability.md.in").read_text()
+    return template.format(**f, **derived)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--results", type=Path, default=HERE / "results")
@@ -115,6 +147,10 @@ def main(argv=None) -> int:
     docs = args.docs
     (docs / "benchmarks").mkdir(parents=True, exist_ok=True)
     results = {p.stem: json.loads(p.read_text()) for p in args.results.glob("*.json")}
+    soak = results.pop("reliability", None)
+    if soak is not None:
+        (docs / "reliability.md").write_text(reliability(soak))
+        print("wrote docs/reliability.md")
     names = [n for n in ORDER if n in results] + sorted(set(results) - set(ORDER))
     lines = [HEADER.rstrip("\n")]
     for name in names:

@@ -124,10 +124,12 @@ class Cache:
         self.revalidate = parse_revalidate(revalidate)
         self.low_watermark = low_watermark
         self.transfers = transfers
+        self._retries = _Tally()  # not a method of self: no reference cycle through config
         self.config = TransferConfig(
             part_size=parse_bytes(part_size) if isinstance(part_size, str) else part_size,
             streams=streams,
             retries=retries,
+            on_retry=self._retries.add,
         )
         self.storage_options = storage_options
         self.index = CacheIndex.for_root(self.root, index_url, lease=lease)
@@ -384,6 +386,7 @@ class Cache:
         self._flush_touches()
         with self._lock:
             out: dict[str, Any] = dict(self._counters)
+        out["retries"] = self._retries.value
         out.update(self.index.totals())
         out["max_bytes"] = self.max_bytes
         out["root"] = str(self.root)
@@ -763,6 +766,18 @@ class Cache:
             parsed = layout.parse_temp_name(path.name)
             if parsed and parsed[0] == me and owner.process_start(parsed[1]) is None:
                 remove_file(path)
+
+
+class _Tally:
+    """A thread-safe counter."""
+
+    def __init__(self):
+        self.value = 0
+        self._lock = threading.Lock()
+
+    def add(self) -> None:
+        with self._lock:
+            self.value += 1
 
 
 class _ReaderFile(io.BufferedReader):

@@ -55,6 +55,8 @@ class TransferConfig:
         Attempts per part after the first, resuming where the last one stopped.
     backoff, max_backoff : float
         First and largest pause between attempts, in seconds (jittered).
+    on_retry : callable, optional
+        Called once per retried request (the cache counts them).
     """
 
     part_size: int = 16 << 20
@@ -62,6 +64,13 @@ class TransferConfig:
     retries: int = 5
     backoff: float = 0.1
     max_backoff: float = 5.0
+    on_retry: Callable[[], None] | None = None
+
+    def retrying(self, attempt: int) -> None:
+        """Count a retry and wait before it (full-jitter exponential backoff)."""
+        if self.on_retry is not None:
+            self.on_retry()
+        time.sleep(backoff_delay(attempt, self))
 
 
 class Body(Protocol):
@@ -230,7 +239,7 @@ def _copy_part(source, url, start, end, info, body, cfg, write, on_bytes) -> Non
             if source.is_permanent(exc) or attempt >= cfg.retries:
                 raise source.translate(exc, url) from None
             body = None
-            time.sleep(backoff_delay(attempt, cfg))
+            cfg.retrying(attempt)
             attempt += 1
 
 
@@ -244,7 +253,7 @@ def _with_retries(make, source, url, cfg):
         except Exception as exc:
             if source.is_permanent(exc) or attempt >= cfg.retries:
                 raise source.translate(exc, url) from None
-            time.sleep(backoff_delay(attempt, cfg))
+            cfg.retrying(attempt)
             attempt += 1
 
 

@@ -162,6 +162,9 @@ SelectTypeParameters=CR_Core_Memory
 DefMemPerCPU=1024
 SchedulerParameters=batch_sched_delay=0,sched_min_interval=0
 AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/linux
+JobAcctGatherFrequency=task=1
+JobAcctGatherParams=OverMemoryKill
 JobCompType=jobcomp/filetxt
 JobCompLoc=$dir/log/jobcomp.txt
 MinJobAge=600

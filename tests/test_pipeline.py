@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -84,5 +85,14 @@ def test_exa_pipeline_and_the_asset_scheduled_report(pipeline_env, airflow_db, s
     assert ti.state == "success"
     out, err = capfd.readouterr()  # everything the tasks logged
     assert "dag_id=exa_pipeline" in out + err  # the run was logged here
+    xcoms = [
+        json.dumps(ti.xcom_pull(task_ids=ti.task_id), default=str)
+        for r in (run, report_run)
+        for ti in r.get_task_instances()
+    ]
+    assert any("station_means" in x or ".parquet" in x for x in xcoms)
+    logs = [p.read_text(errors="replace") for p in Path(os.environ["AIRFLOW_HOME"]).rglob("*.log")]
     for secret in (MINIO_PASSWORD, "exa-pg-secret"):
         assert secret not in out + err
+        assert not any(secret in x for x in xcoms), "a secret in XCom"
+        assert not any(secret in text for text in logs), "a secret in a log file"
