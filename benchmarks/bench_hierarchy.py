@@ -23,7 +23,7 @@ from dask_staging.bench import advise, run_benchmark
 from dask_staging.bench.report import plot
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_transfers import toxic_proxy
+import links
 from results import Results
 
 ENDPOINT = os.environ.get("EXA_MINIO_ENDPOINT", "http://127.0.0.1:9000")
@@ -42,7 +42,7 @@ def main() -> int:
     fs = s3fs.S3FileSystem(key=USER, secret=PASSWORD, endpoint_url=ENDPOINT)
     if not fs.exists(BUCKET):
         fs.mkdir(BUCKET)
-    wan = toxic_proxy(latency_ms=10, rate_kbs=50_000)
+    wan = links.wan(latency_ms=10, rate_kbs=50_000)
     common = {"max_seconds": args.max_seconds, "progress": True}
     measurements = []
     with tempfile.TemporaryDirectory(prefix="exa-hierarchy-") as local:

@@ -16,15 +16,12 @@ s5cmd.  Results go to benchmarks/results/transfers.json.
 from __future__ import annotations
 
 import argparse
-import atexit
-import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 import fsspec
@@ -33,14 +30,13 @@ import s3fs
 from dask_staging import Cache, stage_out
 
 sys.path.insert(0, str(Path(__file__).parent))
+import links
 from results import Results, interleaved, timed
 
 MiB = 1 << 20
 ENDPOINT = os.environ.get("EXA_MINIO_ENDPOINT", "http://127.0.0.1:9000")
 USER = os.environ.get("EXA_MINIO_USER", "exa-minio")
 PASSWORD = os.environ.get("EXA_MINIO_PASSWORD", "exa-minio-secret")
-TOXIPROXY = os.environ.get("EXA_TOXIPROXY_API", "http://127.0.0.1:8474")
-TOXIC_PORT = int(os.environ.get("EXA_TOXIC_S3_PORT", "9100"))
 BUCKET = "exa-bench"
 S5CMD = str(Path(sys.executable).with_name("s5cmd"))
 
@@ -74,42 +70,6 @@ def prepare(fs: s3fs.S3FileSystem, work: Path) -> None:
             (src / f"obj-{i:04d}").write_bytes(os.urandom(256 << 10))
         s5cmd(ENDPOINT, "cp", f"{src}/*", f"s3://{BUCKET}/small/")
         shutil.rmtree(src)
-
-
-def toxic_proxy(latency_ms: int, rate_kbs: int) -> str:
-    def call(method, path, body=None):
-        req = urllib.request.Request(
-            f"{TOXIPROXY}{path}",
-            data=json.dumps(body).encode() if body is not None else None,
-            method=method,
-            headers={"Content-Type": "application/json"},
-        )
-        try:
-            with urllib.request.urlopen(req, timeout=10) as r:
-                return r.read()
-        except urllib.error.HTTPError as exc:
-            if exc.code != 404:
-                raise
-
-    call("DELETE", "/proxies/bench-s3")
-    atexit.register(call, "DELETE", "/proxies/bench-s3")
-    call(
-        "POST",
-        "/proxies",
-        {
-            "name": "bench-s3",
-            "listen": f"127.0.0.1:{TOXIC_PORT}",
-            "upstream": ENDPOINT.split("://")[1],
-            "enabled": True,
-        },
-    )
-    for toxic, attributes in (
-        ("latency", {"latency": latency_ms}),
-        ("bandwidth", {"rate": rate_kbs}),
-    ):
-        body = {"type": toxic, "stream": "downstream", "attributes": attributes}
-        call("POST", "/proxies/bench-s3/toxics", body)
-    return f"http://127.0.0.1:{TOXIC_PORT}"
 
 
 def cache_once(work: Path, urls: list[str], endpoint: str, **kwargs) -> float:
@@ -450,7 +410,7 @@ def main() -> int:
         target="dask_staging ≥ 1.0× s5cmd",
     )
 
-    slow = toxic_proxy(latency_ms=10, rate_kbs=50_000)
+    slow = links.wan(latency_ms=10, rate_kbs=50_000)
     mid = f"s3://{BUCKET}/mid/256MiB.bin"
     mb = 256 * MiB / 1e6
     wan_rounds = max(1, min(r, 3))

@@ -15,13 +15,13 @@ import os
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 import s3fs
 
 sys.path.insert(0, str(Path(__file__).parent))
 import faults
+import links
 from results import RESULTS, command, machine
 
 from dask_staging import Cache
@@ -29,46 +29,7 @@ from dask_staging import Cache
 ENDPOINT = os.environ.get("EXA_MINIO_ENDPOINT", "http://127.0.0.1:9000")
 USER = os.environ.get("EXA_MINIO_USER", "exa-minio")
 PASSWORD = os.environ.get("EXA_MINIO_PASSWORD", "exa-minio-secret")
-TOXIPROXY = os.environ.get("EXA_TOXIPROXY_API", "http://127.0.0.1:8474")
-TOXIC_PORT = int(os.environ.get("EXA_TOXIC_S3_PORT", "9100"))
 MiB = 1 << 20
-
-
-def toxiproxy(method: str, path: str, body=None):
-    request = urllib.request.Request(
-        TOXIPROXY + path,
-        method=method,
-        headers={"Content-Type": "application/json"},
-        data=json.dumps(body).encode() if body is not None else None,
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.read()
-    except urllib.error.HTTPError as exc:
-        if exc.code != 404:
-            raise
-
-
-def resetting_link() -> str:
-    """A proxy in front of MinIO that resets every connection after 0.3 s."""
-    toxiproxy("DELETE", "/proxies/soak")
-    toxiproxy(
-        "POST",
-        "/proxies",
-        {
-            "name": "soak",
-            "listen": f"127.0.0.1:{TOXIC_PORT}",
-            "upstream": ENDPOINT.split("://")[1],
-            "enabled": True,
-        },
-    )
-    for toxic, attributes in (("reset_peer", {"timeout": 300}), ("bandwidth", {"rate": 8192})):
-        toxiproxy(
-            "POST",
-            "/proxies/soak/toxics",
-            {"type": toxic, "stream": "downstream", "attributes": attributes},
-        )
-    return f"http://127.0.0.1:{TOXIC_PORT}"
 
 
 def main() -> int:
@@ -99,7 +60,7 @@ def main() -> int:
 
         objects = faults.seed(fs, "exa-soak-reset", {f"r/{i:02d}": 6 * MiB + i for i in range(12)})
         print("connection resets", flush=True)
-        link = resetting_link()
+        link = links.link("soak", {"reset_peer": {"timeout": 300}, "bandwidth": {"rate": 8192}})
         start = time.monotonic()
         cache = Cache(
             f"{work}/reset", part_size=MiB, streams=4, retries=60, s3={"endpoint_url": link}
@@ -109,7 +70,7 @@ def main() -> int:
             "seconds": time.monotonic() - start,
         }
         cache.close()
-        toxiproxy("DELETE", "/proxies/soak")
+        links.remove("soak")
 
         print("503 SlowDown throttling", flush=True)
         with faults.throttled_minio(f"{work}/throttled-data", USER, PASSWORD) as endpoint:
