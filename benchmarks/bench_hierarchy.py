@@ -78,7 +78,8 @@ def main() -> int:
                     str(x)
                     for x in (
                         m["target"], m["op"], m["method"],
-                        f"{m['streams']} streams" if m["tier"] == "s3" else None,
+                        f"{m['streams']} stream{'s' if m['streams'] > 1 else ''}"
+                        if m["tier"] == "s3" else None,
                         f"{m['objects']} × {m['object_size'] // 1024} KiB" if m["objects"] > 1
                         else (f"{m['object_size'] // MiB} MiB" if m["object_size"] else None),
                     )

@@ -42,7 +42,8 @@ read a dataset directly or to stage it first.
   file systems  sequential write (with fsync) and read of one file in --root
                 and in every --fs directory (e.g. node-local disk, scratch)
   S3            PUT and ranged GET of test objects under a fresh key below --s3,
-                for each --sizes and --streams, and many small objects
+                for each --sizes and --streams (parts of size/streams, so that
+                that many are in flight), and many small objects
   PostgreSQL    COPY TO, SELECT and stage_query out; COPY FROM and write_table in,
                 on a table of --db-rows rows created and dropped by the run
 

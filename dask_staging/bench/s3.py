@@ -59,14 +59,21 @@ def _one_size(base, budget, work, size, streams, target, storage_options) -> Non
     for n in streams:
         budget.measure(
             f"S3 PUT {format_bytes(size)} x {n} streams",
-            lambda n=n: stage_out(local, url, streams=n, **storage_options),
+            lambda n=n: stage_out(
+                local, url, streams=n, part_size=_part_size(size, n, 5 << 20), **storage_options
+            ),
             op="write",
             method="multipart PUT",
             streams=n,
             **common,
         )
     for n in streams:
-        cache = Cache(work / f"cache-{n}", streams=n, **_cache_options(storage_options))
+        cache = Cache(
+            work / f"cache-{n}",
+            streams=n,
+            part_size=_part_size(size, n, 256 << 10),
+            **_cache_options(storage_options),
+        )
 
         def read(cache=cache):
             cache.evict(url)
@@ -85,6 +92,11 @@ def _one_size(base, budget, work, size, streams, target, storage_options) -> Non
             cache.evict(url)
             cache.close()
     local.unlink()
+
+
+def _part_size(size: int, streams: int, smallest: int) -> int:
+    """Parts small enough that ``streams`` of them can be in flight (S3 needs 5 MiB to PUT)."""
+    return max(smallest, -(-size // streams))
 
 
 def _cache_options(storage_options: dict) -> dict:
