@@ -43,7 +43,7 @@ def main() -> int:
     if not fs.exists(BUCKET):
         fs.mkdir(BUCKET)
     wan = links.wan(latency_ms=10, rate_kbs=50_000)
-    common = {"max_seconds": args.max_seconds, "progress": True}
+    common = {"max_seconds": args.max_seconds, "max_bytes": 24 << 30, "progress": True}
     measurements = []
     with tempfile.TemporaryDirectory(prefix="exa-hierarchy-") as local:
         runs = [

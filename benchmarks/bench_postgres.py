@@ -169,9 +169,8 @@ def bench_write(work: str, rounds: int, rows: int) -> dict:
                     batch_rows=batch_rows,
                 )
                 assert n == rows
-                curve.setdefault(f"{writers} writers, {batch_rows} rows/batch", []).append(
-                    time.perf_counter() - start
-                )
+                name = f"{writers} writer{'s' if writers > 1 else ''}, {batch_rows:,} rows/batch"
+                curve.setdefault(name, []).append(time.perf_counter() - start)
     drop("bench_copy_from")
     sample = min(rows, 200_000)
     frame = pd.read_parquet(parquet).head(sample)

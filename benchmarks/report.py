@@ -88,7 +88,8 @@ def section(result: dict, docs: Path) -> list[str]:
         extra = scenario.get("columns", {})
         head = ["contender", scenario["unit"], *extra.values()]
         if scenario["baseline"]:
-            head.append(f"ratio to {scenario['baseline']}")
+            better = "higher" if scenario["higher_is_better"] else "lower"
+            head.append(f"ratio to {scenario['baseline']} ({better} is better)")
         lines += ["", f"### {scenario['title']}", ""]
         lines.append("| " + " | ".join(head) + " |")
         lines.append("|" + "---|" * len(head))

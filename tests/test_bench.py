@@ -173,3 +173,20 @@ def test_bench_on_every_dask_worker_host(tmp_path):
     assert len(everywhere) == 2
     [only] = results.values()
     assert {(m["tier"], m["op"]) for m in only["measurements"]} == {("fs", "write"), ("fs", "read")}
+
+
+def test_staging_bench_operator_in_a_dag_on_a_compute_node(
+    aws_conn, slurm_conn, bucket, airflow_db, tmp_path, monkeypatch
+):
+    from airflow.dag_processing.dagbag import DagBag
+
+    monkeypatch.setenv("EXA_TEST_BENCH_ROOT", str(tmp_path / "node"))
+    monkeypatch.setenv("EXA_TEST_BENCH_PREFIX", f"s3://{bucket}/bench")
+    bag = DagBag(os.environ["AIRFLOW__CORE__DAGS_FOLDER"])
+    assert not bag.import_errors
+    run = bag.get_dag("exa_test_bench").test()
+    [ti] = run.get_task_instances()
+    assert ti.state == "success"
+    results = ti.xcom_pull(task_ids="bench")
+    assert results["slurm_job"] and {m["tier"] for m in results["measurements"]} == {"fs", "s3"}
+    assert results["advice"]["sources"][0]["source"] == "S3"

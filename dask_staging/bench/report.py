@@ -53,21 +53,22 @@ def plot(measurements: Iterable, path: str, title: str = "") -> None:
     rows = _rows(measurements)
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
     single = [m for m in rows if m.tier == "s3" and m.objects == 1]
+    several = len({m.target for m in single}) > 1
     for op, style in (("read", "-o"), ("write", "--s")):
         by_size = defaultdict(list)
-        for m in single:
-            if m.op == op:
-                by_size[m.object_size].append((m.streams, m.mb_per_s))
-        for size, points in sorted(by_size.items()):
-            xs, ys = zip(*sorted(points), strict=True)
-            axes[0].plot(xs, ys, style, label=f"{op} {format_bytes(size)}")
         by_streams = defaultdict(list)
         for m in single:
             if m.op == op:
-                by_streams[m.streams].append((m.object_size, m.mb_per_s))
-        for streams, points in sorted(by_streams.items()):
+                by_size[(m.target, m.object_size)].append((m.streams, m.mb_per_s))
+                by_streams[(m.target, m.streams)].append((m.object_size, m.mb_per_s))
+        for (target, size), points in sorted(by_size.items()):
             xs, ys = zip(*sorted(points), strict=True)
-            axes[1].plot(xs, ys, style, label=f"{op}, {streams} streams")
+            where = f" ({target})" if several else ""
+            axes[0].plot(xs, ys, style, label=f"{op} {format_bytes(size)}{where}")
+        for (target, streams), points in sorted(by_streams.items()):
+            xs, ys = zip(*sorted(points), strict=True)
+            where = f" ({target})" if several else ""
+            axes[1].plot(xs, ys, style, label=f"{op}, {streams} streams{where}")
     axes[0].set(xscale="log", xlabel="streams", ylabel="MB/s", title="S3: rate vs streams")
     stream_counts = sorted({m.streams for m in single})
     if stream_counts:
@@ -92,7 +93,7 @@ def plot(measurements: Iterable, path: str, title: str = "") -> None:
     axes[2].set(yscale="log", ylabel="best MB/s", title="tiers: best measured rate")
     for ax in axes:
         if ax.has_data():
-            ax.legend(fontsize=7)
+            ax.legend(fontsize=6, ncol=2 if several else 1)
         ax.grid(True, which="both", alpha=0.3)
     if title:
         fig.suptitle(title)
