@@ -133,6 +133,8 @@ def reliability(soak: dict) -> str:
         "load_fetched": size(f["load"]["bytes_fetched"]),
         "load_seconds": f"{f['load']['seconds']:.0f}",
         "resets_verified": size(f["resets"]["bytes_verified"]),
+        "resets_parts": f["resets"]["parts"],
+        "resets_resumed": f["resets"]["get_requests"] - f["resets"]["parts"],
         "throttling_verified": size(f["throttling"]["bytes_verified"]),
         "throttling_seconds": f"{f['throttling']['seconds']:.1f}",
     }

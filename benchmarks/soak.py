@@ -60,13 +60,14 @@ def main() -> int:
 
         objects = faults.seed(fs, "exa-soak-reset", {f"r/{i:02d}": 6 * MiB + i for i in range(12)})
         print("connection resets", flush=True)
-        link = links.link("soak", {"reset_peer": {"timeout": 300}, "bandwidth": {"rate": 8192}})
+        link = links.link("soak", {"limit_data": {"bytes": 3 * MiB // 2}})  # cut after 1.5 MiB
         start = time.monotonic()
         cache = Cache(
             f"{work}/reset", part_size=MiB, streams=4, retries=60, s3={"endpoint_url": link}
         )
         figures["resets"] = {
-            **faults.stage_and_check(cache, objects),
+            "parts": sum(-(-size // MiB) for size in objects.values()),
+            **faults.stage_and_check(cache, objects, ENDPOINT),
             "seconds": time.monotonic() - start,
         }
         cache.close()

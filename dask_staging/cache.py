@@ -9,6 +9,7 @@ others wait and then read the same file.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import fcntl
 import io
@@ -41,6 +42,7 @@ from dask_staging.transfer import ObjectInfo, TransferConfig, download, remove_f
 logger = logging.getLogger("dask_staging")
 
 TOUCH_INTERVAL = 1.0  # seconds between writes of access times to the index
+EVICTION_PASSES = 5  # tries to make room before a cache full of busy entries is an error
 
 
 def parse_revalidate(value: str | float | None) -> float | None:
@@ -158,6 +160,7 @@ class Cache:
         self._lock = threading.Lock()
         self._touches: dict[str, tuple[float, int]] = {}
         self._last_flush = time.monotonic()
+        self._in_use: collections.Counter[str] = collections.Counter()
         self._counters = dict.fromkeys(
             ("hits", "misses", "bytes_staged", "bytes_served", "evictions", "bytes_evicted"), 0
         )
@@ -183,11 +186,24 @@ class Cache:
         known and every byte that arrives.
         """
         keys = {url: layout.normalize_url(url) for url in self._expand(urls)}
-        found = self._hits(set(keys.values()))
-        missing = [key for key, path in found.items() if path is None]
-        if missing:
-            found.update(self._stage_missing(missing, callback or NoOpCallback()))
+        with self._staging(keys.values()):  # what this call returns, it does not evict
+            found = self._hits(set(keys.values()))
+            missing = [key for key, path in found.items() if path is None]
+            if missing:
+                found.update(self._stage_missing(missing, callback or NoOpCallback()))
         return {url: found[key] for url, key in keys.items()}
+
+    @contextlib.contextmanager
+    def _staging(self, keys: Iterable[str]) -> Iterator[None]:
+        keys = list(keys)
+        with self._lock:
+            self._in_use.update(keys)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._in_use.subtract(keys)
+                self._in_use += collections.Counter()  # drop the zeros
 
     def _expand(self, urls: Iterable[str]) -> list[str]:
         """``urls`` with every prefix (``…/``) replaced by the objects under it."""
@@ -342,12 +358,14 @@ class Cache:
         return self._evict_to(target)
 
     def verify(self, *, remove: bool = False, orphan_age: float = 60.0) -> list[str]:
-        """URLs whose local copy is missing or fails its size or checksum check.
+        """URLs whose local copy fails its size or checksum check.
 
-        With ``remove=True`` those entries are also dropped, to be staged again,
-        and files that no ready entry accounts for (left by a process killed
-        between renaming a download into place and recording it) are deleted
-        once they are ``orphan_age`` seconds old.
+        An entry whose file is gone (an eviction interrupted by a crash, or a
+        file deleted by hand) is dropped, as the next access would do, and not
+        reported.  With ``remove=True`` the failing entries are also dropped,
+        to be staged again, and files that no entry accounts for (left by a
+        process killed between renaming a download into place and recording
+        it) are deleted once they are ``orphan_age`` seconds old.
         """
         bad = []
         entries = self.index.entries()
@@ -359,14 +377,16 @@ class Cache:
                     part = checksum.part_size_of(entry.checksum)
                     ok = checksum.path_checksum(str(path), part) == entry.checksum
             except FileNotFoundError:
-                ok = False
+                logger.info("dropping %s: its file is gone", entry.url)
+                self.index.forget(entry.url)
+                continue
             if not ok:
                 bad.append(entry.url)
                 if remove:
                     self.index.forget(entry.url)
                     remove_file(path)
         if remove:
-            known = {entry.path for entry in entries}
+            known = {entry.path for entry in entries if entry.url not in bad}
             for path in self._orphans(known, orphan_age):
                 logger.warning("removing %s: no cache entry accounts for it", path)
                 remove_file(path)
@@ -659,11 +679,15 @@ class Cache:
             )
         totals = self.index.totals()
         used = totals["bytes_cached"] + totals["bytes_reserved"]
-        if used + size > self.max_bytes:
+        # other processes read (and so re-rank) entries while we evict: a few passes
+        for _ in range(EVICTION_PASSES):
+            if used + size <= self.max_bytes:
+                break
             target = int(self.max_bytes * self.low_watermark) - size - totals["bytes_reserved"]
             self._evict_to(max(target, 0))
             totals = self.index.totals()
             used = totals["bytes_cached"] + totals["bytes_reserved"]
+        else:
             if used + size > self.max_bytes:
                 raise CacheFullError(
                     f"the cache at {self.root} is full: {format_bytes(used)} of "
@@ -698,9 +722,13 @@ class Cache:
                 break
             after = (batch[-1].last_access, batch[-1].url)
             chosen, total = [], 0
+            with self._lock:
+                in_use = set(self._in_use)
             for entry in batch:
                 if cached - total <= target:
                     break
+                if entry.url in in_use:
+                    continue
                 chosen.append(entry)
                 total += entry.size
             removed = sum(e.size for e in self._remove(chosen))

@@ -191,6 +191,10 @@ def toxiproxy(minio):
         def remove(self, toxic_name: str):
             api("DELETE", f"/proxies/{name}/toxics/{toxic_name}")
 
+        def enable(self, enabled: bool):
+            """Bring the link down (open connections are cut) or up again."""
+            api("POST", f"/proxies/{name}", {"enabled": enabled})
+
     yield Proxy()
     api("DELETE", f"/proxies/{name}")
 

@@ -141,14 +141,16 @@ def test_kill_9_mid_download_leaves_nothing_visible(put, cache_root, toxiproxy):
     assert not list(tmp.iterdir()), "the crashed download's temp file must be reclaimed"
 
 
-def test_resumes_parts_when_connections_drop(put, cache_root, toxiproxy):
+def test_resumes_parts_when_connections_drop(put, cache_root, toxiproxy, get_count):
     data = os.urandom(8 * MiB)
     url = put("flaky.bin", data)
     # every connection dies after 1.5 MiB: each 2 MiB part must resume midway
     toxiproxy.add("limit_data", {"bytes": 3 * MiB // 2})
     cache = Cache(cache_root, part_size=2 * MiB, streams=2, s3={"endpoint_url": toxiproxy.endpoint})
+    before = get_count()
     assert read(cache.get(url)) == data
     assert cache.verify() == []
+    assert get_count() - before >= 8  # each of the 4 parts was cut and resumed
 
 
 def test_lru_eviction_skips_pinned_and_recent(put, cache_root):

@@ -70,3 +70,25 @@ def test_ssh_argv_checks_host_keys_and_shares_one_connection():
     assert ssh_argv(target, ["x"])[argv.index("-o") + 7] == argv[argv.index("-o") + 7]
     loose = ssh_argv(SSHTarget("login", check_host_key=False), ["x"])
     assert "StrictHostKeyChecking=no" in loose
+
+
+def test_exit_codes_and_signals_are_told_apart():
+    out = (
+        "JobId=1 JobState=FAILED Reason=NonZeroExitCode ExitCode=3:0 StdOut=/o\n"
+        "JobId=2 JobState=FAILED Reason=JobLaunchFailure ExitCode=0:9 StdOut=/o\n"
+        "SACCT 3\n3|CANCELLED by 0|0:15\n"
+    )
+    states = commands.parse_status(out, ["1", "2", "3"])
+    assert states["1"].describe() == "FAILED (exit code 3)"
+    assert states["2"].describe() == "FAILED (killed by signal 9)" and not states["2"].succeeded
+    assert states["3"].describe() == "CANCELLED (killed by signal 15)"
+    assert commands.JobState("4", "TIMEOUT").describe() == "TIMEOUT"
+
+
+def test_rest_exit_codes_are_wait_statuses():
+    from airflow_exa_provider.slurm.rest import parse_job
+
+    exited = parse_job({"job_id": 5, "job_state": "FAILED", "exit_code": 4 << 8})
+    killed = parse_job({"job_id": 6, "job_state": "FAILED", "exit_code": 9})
+    assert (exited.exit_code, exited.signal) == (4, None)
+    assert (killed.exit_code, killed.signal) == (0, 9)

@@ -10,6 +10,7 @@ from airflow.sdk import BaseOperator
 
 from airflow_exa_provider.deferral import resolve_deferrable
 from airflow_exa_provider.hooks.slurm import SlurmHook
+from airflow_exa_provider.slurm.commands import JobState
 from airflow_exa_provider.triggers.slurm import SlurmJobTrigger
 
 XCOM_JOB_ID = "slurm_job_id"
@@ -87,7 +88,7 @@ class SlurmJobOperator(BaseOperator):
                 chunk, offset = hook.read_log(state.stdout, offset)
                 self._log_chunk(job_id, chunk)
             if state.finished:
-                return self._finish(job_id, state.state, state.exit_code, state.stdout)
+                return self._finish(job_id, state, state.stdout)
             time.sleep(self.poll_interval)
 
     def execute_complete(self, context, event: dict) -> str:
@@ -106,14 +107,15 @@ class SlurmJobOperator(BaseOperator):
                 ),
                 method_name="execute_complete",
             )
-        return self._finish(job_id, event["state"], event["exit_code"], event.get("log_path"))
+        state = JobState(job_id, event["state"], event["exit_code"], signal=event.get("signal"))
+        return self._finish(job_id, state, event.get("log_path"))
 
     def _log_chunk(self, job_id: str, chunk: str) -> None:
         for line in chunk.splitlines():
             self.log.info("[slurm %s] %s", job_id, line)
 
-    def _finish(self, job_id: str, state: str, exit_code: int | None, log_path: str | None):
-        if state == "COMPLETED" and not exit_code:
+    def _finish(self, job_id: str, state: JobState, log_path: str | None):
+        if state.succeeded:
             self.log.info("Slurm job %s completed", job_id)
             return job_id
         tail = ""
@@ -121,7 +123,7 @@ class SlurmJobOperator(BaseOperator):
             text, _ = self.hook.read_log(log_path, 0)
             tail = " | ".join(text.strip().splitlines()[-5:])
         raise SlurmJobFailed(
-            f"Slurm job {job_id} ended {state} with exit code {exit_code}"
+            f"Slurm job {job_id} ended {state.describe()}"
             + (f"; last log lines: {tail}" if tail else "")
         )
 

@@ -10,6 +10,7 @@ from airflow.sdk import BaseSensorOperator
 from airflow_exa_provider.deferral import resolve_deferrable
 from airflow_exa_provider.hooks.slurm import SlurmHook
 from airflow_exa_provider.operators.slurm import SlurmJobFailed
+from airflow_exa_provider.slurm.commands import JobState
 from airflow_exa_provider.triggers.slurm import SlurmJobTrigger
 
 
@@ -42,7 +43,7 @@ class SlurmJobSensor(BaseSensorOperator):
     def poke(self, context) -> bool:
         state = SlurmHook(self.slurm_conn_id).state(str(self.job_id))
         if state.finished and not state.succeeded:
-            raise SlurmJobFailed(f"Slurm job {self.job_id} ended {state.state}")
+            raise SlurmJobFailed(f"Slurm job {self.job_id} ended {state.describe()}")
         return state.finished
 
     def execute_complete(self, context, event: dict) -> None:
@@ -58,6 +59,8 @@ class SlurmJobSensor(BaseSensorOperator):
                 ),
                 method_name="execute_complete",
             )
-        if event["state"] != "COMPLETED" or event["exit_code"]:
-            state, code = event["state"], event["exit_code"]
-            raise SlurmJobFailed(f"Slurm job {self.job_id} ended {state} with exit code {code}")
+        state = JobState(
+            self.job_id, event["state"], event["exit_code"], signal=event.get("signal")
+        )
+        if not state.succeeded:
+            raise SlurmJobFailed(f"Slurm job {self.job_id} ended {state.describe()}")

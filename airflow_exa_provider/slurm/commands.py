@@ -38,6 +38,15 @@ class JobState:
     exit_code: int | None = None
     stdout: str | None = None
     reason: str | None = None
+    signal: int | None = None  # the signal that ended the job, if one did
+
+    def describe(self) -> str:
+        """``FAILED (exit code 3)``, ``FAILED (killed by signal 9)``, ``TIMEOUT``..."""
+        if self.signal:
+            return f"{self.state} (killed by signal {self.signal})"
+        if self.exit_code:
+            return f"{self.state} (exit code {self.exit_code})"
+        return self.state
 
     @property
     def finished(self) -> bool:
@@ -145,13 +154,17 @@ def parse_status(output: str, job_ids: list[str]) -> dict[str, JobState]:
                 exit_code=_exit_code(fields.get("ExitCode")),
                 stdout=fields.get("StdOut"),
                 reason=fields.get("Reason"),
+                signal=_signal(fields.get("ExitCode")),
             )
         elif "|" in line:
             job_id, state, exit_code = [*line.split("|"), "", ""][:3]
             job_id = job_id.split(".", 1)[0]
             if job_id in job_ids and job_id not in states:
                 states[job_id] = JobState(
-                    job_id, state.split()[0] if state else "UNKNOWN", _exit_code(exit_code)
+                    job_id,
+                    state.split()[0] if state else "UNKNOWN",
+                    _exit_code(exit_code),
+                    signal=_signal(exit_code),
                 )
     for job_id in job_ids:
         states.setdefault(job_id, queued.get(job_id) or JobState(job_id, "UNKNOWN"))
@@ -163,6 +176,14 @@ def _exit_code(text: str | None) -> int | None:
         return None
     code = text.split(":", 1)[0]
     return int(code) if code.lstrip("-").isdigit() else None
+
+
+def _signal(text: str | None) -> int | None:
+    """The signal of Slurm's ``exit:signal`` pair, if non-zero."""
+    if not text or ":" not in text:
+        return None
+    sig = text.split(":", 1)[1]
+    return int(sig) if sig.isdigit() and int(sig) else None
 
 
 def scancel_args(job_id: str) -> list[str]:

@@ -75,15 +75,15 @@ def job_description(options: dict | None) -> dict:
 
 def parse_job(job: dict) -> JobState:
     state = job.get("job_state") or "UNKNOWN"
-    raw = job.get("exit_code")
-    exit_code = None
+    raw = job.get("exit_code")  # a wait(2) status
+    exit_code = signal = None
     if isinstance(raw, int):
-        exit_code = raw >> 8 if raw > 255 else raw
+        exit_code, signal = (raw >> 8) & 0xFF, (raw & 0x7F) or None
     job_id = str(job.get("job_id"))
     stdout = job.get("standard_output")
     if stdout:
         stdout = stdout.replace("%j", job_id).replace("%A", job_id)
-    return JobState(job_id, state, exit_code, stdout, job.get("state_reason"))
+    return JobState(job_id, state, exit_code, stdout, job.get("state_reason"), signal)
 
 
 class SharedFileLogs:

@@ -147,6 +147,7 @@ class SlurmJobTrigger(BaseTrigger):
                         "job_id": self.job_id,
                         "state": state.state,
                         "exit_code": state.exit_code,
+                        "signal": state.signal,
                         "log": chunk,
                         "log_path": log_path,
                         "log_offset": offset,

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import sqlalchemy as sa
 
+from dask_staging.errors import StagingError
 from dask_staging.sql import QueryError, check_parquet_schema, redact
 
 BATCH_BYTES = 16 << 20  # ADBC batch size hint; measured best of 4/16/64 MiB
@@ -76,12 +77,19 @@ def export_query(
     params: tuple | None = None,
 ) -> int:
     """Write the result of ``query`` to ``dest``; returns the number of rows."""
-    if partition_on and (partitions or 0) > 1:
-        rows = _export_partitioned(
-            db_url, query, dest, partition_on, partitions, compression, params
-        )
-    else:
-        rows = _export_one(db_url, query, dest, compression, params)
+    try:
+        if partition_on and (partitions or 0) > 1:
+            rows = _export_partitioned(
+                db_url, query, dest, partition_on, partitions, compression, params
+            )
+        else:
+            rows = _export_one(db_url, query, dest, compression, params)
+    except OSError as exc:
+        # the result stream broke (server restarted, connection lost): pyarrow reports
+        # that as an OSError without errno; a real file system error keeps its errno
+        if exc.errno is not None or isinstance(exc, StagingError):
+            raise
+        raise clear_error(exc, db_url, "reading the result") from None
     if rows == 0 and not allow_empty:
         raise QueryError(
             "the query returned no rows; pass allow_empty=True to cache an empty result"
