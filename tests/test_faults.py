@@ -250,6 +250,11 @@ def test_postgres_restarted_during_a_parallel_write(pg_url, tmp_path):
         assert "exa-pg-secret" not in str(exc) and len(str(exc).splitlines()) == 1
     restart.join()
     assert count_rows(pg_url, table) == (3 + rows if outcome == "complete" else 3)
+    import psycopg2
+
+    with psycopg2.connect(pg_url) as conn, conn.cursor() as cur:  # no staging table left
+        cur.execute("SELECT count(*) FROM pg_tables WHERE tablename LIKE '\\_staging\\_%'")
+        assert cur.fetchone()[0] == 0
     write_table(big, pg_url, table, mode="append", writers=4)  # and it works afterwards
     assert count_rows(pg_url, table) in (3 + rows, 3 + 2 * rows)
     write_table(big.slice(0, 1), pg_url, table, mode="replace")

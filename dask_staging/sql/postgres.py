@@ -11,10 +11,12 @@ all rows or none.
 
 from __future__ import annotations
 
+import logging
 import os
 import queue
 import re
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -27,6 +29,7 @@ import sqlalchemy as sa
 from dask_staging.errors import StagingError
 from dask_staging.sql import QueryError, check_parquet_schema, redact
 
+logger = logging.getLogger(__name__)
 BATCH_BYTES = 16 << 20  # ADBC batch size hint; measured best of 4/16/64 MiB
 
 
@@ -382,10 +385,14 @@ def _table_exists(db_url: str, table: str) -> bool:
         return bool(cur.fetchone()[0])
 
 
-def _drop(db_url: str, staging: str) -> None:
-    try:
-        with connect(db_url) as conn, conn.cursor() as cur:
-            cur.execute(f"DROP TABLE IF EXISTS {quote_ident(staging)}")
-            conn.commit()
-    except QueryError:
-        pass
+def _drop(db_url: str, staging: str, attempts: int = 20) -> None:
+    """Drop the staging table; if the server is away (restarting), keep trying for ~10 s."""
+    for _ in range(attempts):
+        try:
+            with connect(db_url) as conn, conn.cursor() as cur:
+                cur.execute(f"DROP TABLE IF EXISTS {quote_ident(staging)}")
+                conn.commit()
+            return
+        except (QueryError, adbc.Error):
+            time.sleep(0.5)
+    logger.warning("could not drop the staging table %s; drop it by hand", staging)

@@ -52,8 +52,22 @@ def slurm_fails():
     )
 
 
+@dag(dag_id="exa_test_slurm_kill", schedule=None, start_date=START, catchup=False)
+def slurm_kill():
+    """A long job followed from the worker, for killing the task from Airflow."""
+    SlurmJobOperator(
+        task_id="long",
+        command="sleep 600",
+        sbatch_options={"job_name": "exa kill me", "output": "/tmp/exa-test-%j.out"},
+        slurm_conn_id="slurm_test",
+        poll_interval=0.5,
+        deferrable=False,
+    )
+
+
 slurm_ok()
 slurm_fails()
+slurm_kill()
 
 
 @dag(dag_id="exa_test_slurm_auto", schedule=None, start_date=START, catchup=False)
