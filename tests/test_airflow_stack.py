@@ -144,15 +144,18 @@ def test_slurm_job_defers_to_the_real_triggerer_and_streams_its_log(airflow_stac
         assert not any(line in text for line in secret_lines), f"key material in {path}"
 
 
-def test_killing_the_task_in_airflow_cancels_the_slurm_job(airflow_stack, slurm_conn):
+@pytest.mark.parametrize(
+    "dag_id, task",
+    [("exa_test_slurm_kill", "long"), ("exa_test_slurm_kill_deferred", "long_deferred")],
+)
+def test_killing_the_task_in_airflow_cancels_the_slurm_job(airflow_stack, slurm_conn, dag_id, task):
     from airflow_exa_provider.hooks.slurm import SlurmHook
 
     api = httpx.Client(base_url=airflow_stack["api"] + "/api/v2", timeout=30)
-    dag_id = "exa_test_slurm_kill"
     wait_for(lambda: api.get(f"/dags/{dag_id}").status_code == 200, 120, "the DAG to be parsed")
     assert api.patch(f"/dags/{dag_id}", json={"is_paused": False}).status_code == 200
     run = api.post(f"/dags/{dag_id}/dagRuns", json={"logical_date": None}).json()
-    ti_url = f"/dags/{dag_id}/dagRuns/{run['dag_run_id']}/taskInstances/long"
+    ti_url = f"/dags/{dag_id}/dagRuns/{run['dag_run_id']}/taskInstances/{task}"
 
     def job_id():
         response = api.get(f"{ti_url}/xcomEntries/slurm_job_id")
@@ -161,7 +164,10 @@ def test_killing_the_task_in_airflow_cancels_the_slurm_job(airflow_stack, slurm_
     job = str(wait_for(job_id, 120, "the job id in XCom")).strip('"')
     hook = SlurmHook(slurm_conn)
     wait_for(lambda: hook.state(job).state == "RUNNING", 60, "the job to run")
-    # what "Mark as failed" in the UI does: the worker's supervisor kills the task
+    if task == "long_deferred":
+        wait_for(lambda: api.get(ti_url).json()["state"] == "deferred", 60, "the task to defer")
+    # what "Mark as failed" in the UI does: the worker's supervisor kills the task, or the
+    # triggerer calls the trigger's on_kill
     response = api.patch(ti_url, json={"new_state": "failed"})
     assert response.status_code == 200, response.text
     state = wait_for(lambda: (s := hook.state(job)).finished and s, 90, "the job to be cancelled")

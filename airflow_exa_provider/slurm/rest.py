@@ -185,6 +185,9 @@ class RESTBackend:
     def cancel(self, job_id: str) -> None:
         self._request("DELETE", f"/job/{int(job_id)}", "scancel")
 
+    async def acancel(self, job_id: str) -> None:
+        await self._arequest("DELETE", f"/job/{int(job_id)}", "scancel")
+
     def read_log(self, path: str, offset: int = 0) -> tuple[str, int]:
         return self.logs.read_log(path, offset)
 

@@ -134,6 +134,9 @@ class SSHBackend:
     def cancel(self, job_id: str) -> None:
         self.run(commands.scancel_args(job_id), what="scancel")
 
+    async def acancel(self, job_id: str) -> None:
+        await self.arun(commands.scancel_args(job_id), what="scancel")
+
     def read_log(self, path: str, offset: int = 0) -> tuple[str, int]:
         out = self.run(
             [

@@ -114,6 +114,12 @@ class SlurmJobTrigger(BaseTrigger):
             },
         )
 
+    async def on_kill(self) -> None:
+        """Cancel the Slurm job when a user kills the deferred task (e.g. marks it failed)."""
+        backend = await SlurmHook(self.slurm_conn_id).abackend()
+        await backend.acancel(self.job_id)
+        self.log.info("cancelled Slurm job %s", self.job_id)
+
     async def run(self) -> AsyncIterator[TriggerEvent]:
         try:
             backend = await SlurmHook(self.slurm_conn_id).abackend()

@@ -65,9 +65,23 @@ def slurm_kill():
     )
 
 
+@dag(dag_id="exa_test_slurm_kill_deferred", schedule=None, start_date=START, catchup=False)
+def slurm_kill_deferred():
+    """A long job followed from the triggerer, for killing the deferred task from Airflow."""
+    SlurmJobOperator(
+        task_id="long_deferred",
+        command="sleep 600",
+        sbatch_options={"job_name": "exa kill me too", "output": "/tmp/exa-test-%j.out"},
+        slurm_conn_id="slurm_test",
+        poll_interval=0.5,
+        deferrable=True,
+    )
+
+
 slurm_ok()
 slurm_fails()
 slurm_kill()
+slurm_kill_deferred()
 
 
 @dag(dag_id="exa_test_slurm_auto", schedule=None, start_date=START, catchup=False)
