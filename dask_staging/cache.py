@@ -15,6 +15,7 @@ import fcntl
 import io
 import logging
 import os
+import random
 import threading
 import time
 import weakref
@@ -42,7 +43,7 @@ from dask_staging.transfer import ObjectInfo, TransferConfig, download, remove_f
 logger = logging.getLogger("dask_staging")
 
 TOUCH_INTERVAL = 1.0  # seconds between writes of access times to the index
-EVICTION_PASSES = 5  # tries to make room before a cache full of busy entries is an error
+EVICTION_PATIENCE = 10.0  # seconds of trying to make room before the cache is full
 
 
 def parse_revalidate(value: str | float | None) -> float | None:
@@ -679,21 +680,26 @@ class Cache:
             )
         totals = self.index.totals()
         used = totals["bytes_cached"] + totals["bytes_reserved"]
-        # other processes read (and so re-rank) entries while we evict: a few passes
-        for _ in range(EVICTION_PASSES):
-            if used + size <= self.max_bytes:
-                break
+        # other processes read, and evict, the same entries at the same time: keep
+        # trying for a while before calling a cache full of busy entries full
+        deadline = time.monotonic() + EVICTION_PATIENCE
+        while used + size > self.max_bytes:
             target = int(self.max_bytes * self.low_watermark) - size - totals["bytes_reserved"]
-            self._evict_to(max(target, 0))
+            freed, skipped = self._evict(max(target, 0))
             totals = self.index.totals()
             used = totals["bytes_cached"] + totals["bytes_reserved"]
-        else:
-            if used + size > self.max_bytes:
+            if used + size <= self.max_bytes:
+                break
+            if not skipped or time.monotonic() > deadline:  # nothing busy to wait for
                 raise CacheFullError(
-                    f"the cache at {self.root} is full: {format_bytes(used)} of "
-                    f"{format_bytes(self.max_bytes)} is pinned, open or being staged, "
-                    f"so {key} ({format_bytes(size)}) does not fit"
+                    f"the cache at {self.root} is full: of {format_bytes(self.max_bytes)}, "
+                    f"{format_bytes(totals['bytes_cached'])} is cached and in use (pinned "
+                    f"{format_bytes(totals['bytes_pinned'])}, the rest open or just read) and "
+                    f"{format_bytes(totals['bytes_reserved'])} is being staged, so {key} "
+                    f"({format_bytes(size)}) does not fit"
                 )
+            if not freed:
+                time.sleep(random.uniform(0.005, 0.05))
         self.index.reserve(key, size)
 
     def _free_disk(self, needed: int) -> int:
@@ -713,28 +719,37 @@ class Cache:
 
     def _evict_to(self, target: int) -> int:
         """Evict least recently used entries until the cached bytes are at most ``target``."""
+        return self._evict(target)[0]
+
+    def _evict(self, target: int) -> tuple[int, int]:
+        """:meth:`_evict_to`, also returning how many candidates were passed over.
+
+        Entries that turn out to be in use (open, just read, or being evicted by
+        another process) are passed over for the next ones in LRU order.
+        """
         cached = self.index.totals()["bytes_cached"]
-        freed = 0
+        freed = skipped = 0
         after = None
         while cached > target:
             batch = self.index.lru(1000, after=after)
             if not batch:
                 break
             after = (batch[-1].last_access, batch[-1].url)
-            chosen, total = [], 0
             with self._lock:
                 in_use = set(self._in_use)
-            for entry in batch:
-                if cached - total <= target:
-                    break
-                if entry.url in in_use:
-                    continue
-                chosen.append(entry)
-                total += entry.size
-            removed = sum(e.size for e in self._remove(chosen))
-            cached -= removed
-            freed += removed
-        return freed
+            candidates = [e for e in batch if e.url not in in_use]
+            while candidates and cached > target:
+                chosen, total = [], 0
+                while candidates and cached - total > target:
+                    entry = candidates.pop(0)
+                    chosen.append(entry)
+                    total += entry.size
+                gone = self._remove(chosen)
+                skipped += len(chosen) - len(gone)
+                removed = sum(e.size for e in gone)
+                cached -= removed
+                freed += removed
+        return freed, skipped
 
     def _remove(self, entries: list[Entry]) -> list[Entry]:
         """Delete entries that are not pinned, open or accessed since they were read.
