@@ -223,7 +223,7 @@ def throttled_minio(data_dir: str, user: str, password: str, max_requests: int =
         port = s.getsockname()[1]
     env = dict(os.environ, MINIO_ROOT_USER=user, MINIO_ROOT_PASSWORD=password,
                MINIO_API_REQUESTS_MAX=str(max_requests), MINIO_API_REQUESTS_DEADLINE="20ms",
-               MINIO_BROWSER="off")  # fmt: skip
+               MINIO_BROWSER="off", MINIO_PROMETHEUS_AUTH_TYPE="public")  # fmt: skip
     proc = subprocess.Popen(
         [os.path.join(tools, "minio"), "server", data_dir, "--quiet",
          "--address", f"127.0.0.1:{port}", "--console-address", "127.0.0.1:0"],
@@ -246,14 +246,15 @@ def throttled_minio(data_dir: str, user: str, password: str, max_requests: int =
         proc.wait(30)
 
 
-def get_requests(endpoint: str) -> int:
-    """GetObject requests the MinIO at ``endpoint`` has served (its live v3 metrics)."""
+def get_requests(endpoint: str, metric: str = "minio_api_requests_total") -> int:
+    """GetObject requests the MinIO at ``endpoint`` has served (its live v3 metrics);
+    ``metric="minio_api_requests_errors_total"`` counts those it refused or failed."""
     import re
     import urllib.request
 
     with urllib.request.urlopen(f"{endpoint}/minio/metrics/v3/api/requests", timeout=5) as r:
         text = r.read().decode()
-    match = re.search(r'^minio_api_requests_total\{name="GetObject"[^}]*\} (\S+)$', text, re.M)
+    match = re.search(rf'^{metric}\{{name="GetObject"[^}}]*\}} (\S+)$', text, re.M)
     return int(float(match.group(1))) if match else 0
 
 

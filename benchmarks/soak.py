@@ -74,7 +74,7 @@ def main() -> int:
         links.remove("soak")
 
         print("503 SlowDown throttling", flush=True)
-        with faults.throttled_minio(f"{work}/throttled-data", USER, PASSWORD) as endpoint:
+        with faults.throttled_minio(f"{work}/throttled-data", USER, PASSWORD, 1) as endpoint:
             throttled = s3fs.S3FileSystem(key=USER, secret=PASSWORD, endpoint_url=endpoint)
             spec = {f"t/{i:02d}": (1 + i % 3) * MiB for i in range(30)}
             for attempt in range(100):
@@ -91,9 +91,12 @@ def main() -> int:
                 retries=30,
                 s3={"endpoint_url": endpoint},
             )
+            refused = faults.get_requests(endpoint, "minio_api_requests_errors_total")
             figures["throttling"] = {
                 **faults.stage_and_check(cache, objects),
                 "seconds": time.monotonic() - start,
+                "refused": faults.get_requests(endpoint, "minio_api_requests_errors_total")
+                - refused,
             }
             cache.close()
     result = {

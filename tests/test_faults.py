@@ -171,12 +171,12 @@ def test_minio_restarted_during_a_multipart_upload(s3, bucket, tmp_path, toxipro
 
 @pytest.fixture
 def throttled_minio(minio, tmp_path):
-    """A second MinIO that answers 503 SlowDown beyond 2 requests in flight."""
-    with faults.throttled_minio(str(tmp_path / "data"), MINIO_USER, MINIO_PASSWORD) as endpoint:
+    """A second MinIO that refuses requests beyond one in flight."""
+    with faults.throttled_minio(str(tmp_path / "data"), MINIO_USER, MINIO_PASSWORD, 1) as endpoint:
         yield endpoint
 
 
-def test_throttling_503s_are_retried_to_the_right_bytes(throttled_minio, cache_root):
+def test_throttled_requests_are_retried_to_the_right_bytes(throttled_minio, cache_root):
     import s3fs
 
     fs = s3fs.S3FileSystem(key=MINIO_USER, secret=MINIO_PASSWORD, endpoint_url=throttled_minio)
@@ -197,11 +197,13 @@ def test_throttling_503s_are_retried_to_the_right_bytes(throttled_minio, cache_r
         retries=20,
         s3={"endpoint_url": throttled_minio, "key": MINIO_USER, "secret": MINIO_PASSWORD},
     )
+    refused = faults.get_requests(throttled_minio, "minio_api_requests_errors_total")
     paths = cache.stage([f"s3://{p}" for p in objects])
     for path, data in objects.items():
         with open(paths[f"s3://{path}"], "rb") as f:
             assert f.read() == data
     assert cache.verify() == []
+    assert faults.get_requests(throttled_minio, "minio_api_requests_errors_total") > refused
 
 
 # -- PostgreSQL restarted mid-transfer ------------------------------------------------------
