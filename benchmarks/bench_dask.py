@@ -28,6 +28,7 @@ from distributed import Client, LocalCluster
 from dask_staging import StagingPlugin
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import links
 from results import Results
 
 ENDPOINT = os.environ.get("EXA_MINIO_ENDPOINT", "http://127.0.0.1:9000")
@@ -88,12 +89,7 @@ def main() -> int:
     parser.add_argument("--gib", type=float, default=2.0)
     parser.add_argument("--workers", type=int, default=8)
     args = parser.parse_args()
-    os.environ.update(
-        AWS_ACCESS_KEY_ID=USER,
-        AWS_SECRET_ACCESS_KEY=PASSWORD,
-        AWS_ENDPOINT_URL=ENDPOINT,
-        AWS_REGION="us-east-1",
-    )
+    links.use_minio()
     urls = prepare(args.gib)
     work = tempfile.mkdtemp(prefix="exa-dask-bench-")
     s3opts = {"key": USER, "secret": PASSWORD, "endpoint_url": ENDPOINT}

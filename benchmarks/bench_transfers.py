@@ -341,12 +341,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--work", default=os.environ.get("BENCH_DIR"))
     args = parser.parse_args()
-    os.environ.update(
-        AWS_ACCESS_KEY_ID=USER,
-        AWS_SECRET_ACCESS_KEY=PASSWORD,
-        AWS_ENDPOINT_URL=ENDPOINT,
-        AWS_REGION="us-east-1",
-    )
+    links.use_minio()
     work = Path(args.work or tempfile.mkdtemp(prefix="exa-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     fs = s3fs.S3FileSystem(key=USER, secret=PASSWORD, endpoint_url=ENDPOINT)

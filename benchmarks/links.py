@@ -1,4 +1,4 @@
-"""Emulated network links: a toxiproxy proxy in front of MinIO with the given toxics."""
+"""The test MinIO for benchmarks, directly or through emulated links (toxiproxy toxics)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,16 @@ import urllib.request
 TOXIPROXY = os.environ.get("EXA_TOXIPROXY_API", "http://127.0.0.1:8474")
 TOXIC_PORT = int(os.environ.get("EXA_TOXIC_S3_PORT", "9100"))
 ENDPOINT = os.environ.get("EXA_MINIO_ENDPOINT", "http://127.0.0.1:9000")
+
+
+def use_minio() -> None:
+    """Point the standard AWS variables at the test MinIO (as its clients expect)."""
+    os.environ.update(
+        AWS_ACCESS_KEY_ID=os.environ.get("EXA_MINIO_USER", "exa-minio"),
+        AWS_SECRET_ACCESS_KEY=os.environ.get("EXA_MINIO_PASSWORD", "exa-minio-secret"),
+        AWS_ENDPOINT_URL=ENDPOINT,
+        AWS_REGION="us-east-1",
+    )
 
 
 def _call(method: str, path: str, body=None):

@@ -37,12 +37,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=200, help="kill -9 rounds")
     parser.add_argument("--gets", type=int, default=1000, help="reads per process under load")
     args = parser.parse_args()
-    os.environ.update(
-        AWS_ACCESS_KEY_ID=USER,
-        AWS_SECRET_ACCESS_KEY=PASSWORD,
-        AWS_ENDPOINT_URL=ENDPOINT,
-        AWS_REGION="us-east-1",
-    )
+    links.use_minio()
     fs = s3fs.S3FileSystem(key=USER, secret=PASSWORD, endpoint_url=ENDPOINT)
     figures = {}
     with tempfile.TemporaryDirectory(prefix="exa-soak-") as work:

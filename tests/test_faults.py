@@ -108,12 +108,8 @@ def test_a_stalled_connection_times_out_with_one_clear_error(put, cache_root, to
     assert cache.get(url)  # and it works once the link does
 
 
-def test_stage_out_never_leaves_a_half_object(s3, bucket, tmp_path, toxiproxy):
-    local = tmp_path / "result.bin"
-    local.write_bytes(os.urandom(32 * MiB))
-    target = f"s3://{bucket}/out/result.bin"
-    options = {"endpoint_url": toxiproxy.endpoint, "key": MINIO_USER, "secret": MINIO_PASSWORD}
-    toxiproxy.add("bandwidth", {"rate": 4096}, stream="upstream", name="slow")  # ~8 s
+def upload_in_background(local, target: str, options: dict):
+    """Start ``stage_out`` on a thread; returns the thread and the list its error lands in."""
     errors: list[BaseException] = []
 
     def upload():
@@ -124,6 +120,16 @@ def test_stage_out_never_leaves_a_half_object(s3, bucket, tmp_path, toxiproxy):
 
     thread = threading.Thread(target=upload)
     thread.start()
+    return thread, errors
+
+
+def test_stage_out_never_leaves_a_half_object(s3, bucket, tmp_path, toxiproxy):
+    local = tmp_path / "result.bin"
+    local.write_bytes(os.urandom(32 * MiB))
+    target = f"s3://{bucket}/out/result.bin"
+    options = {"endpoint_url": toxiproxy.endpoint, "key": MINIO_USER, "secret": MINIO_PASSWORD}
+    toxiproxy.add("bandwidth", {"rate": 4096}, stream="upstream", name="slow")  # ~8 s
+    thread, errors = upload_in_background(local, target, options)
     time.sleep(2)
     toxiproxy.enable(False)  # the link dies mid-upload and stays down
     thread.join(180)
@@ -144,16 +150,7 @@ def test_minio_restarted_during_a_multipart_upload(s3, bucket, tmp_path, toxipro
     toxiproxy.add(
         "bandwidth", {"rate": 8192}, stream="upstream", name="bandwidth"
     )  # ~6 s at 8 MB/s
-    errors: list[BaseException] = []
-
-    def upload():
-        try:
-            stage_out(local, target, part_size=5 * MiB, streams=2, **options)
-        except BaseException as exc:
-            errors.append(exc)
-
-    thread = threading.Thread(target=upload)
-    thread.start()
+    thread, errors = upload_in_background(local, target, options)
     time.sleep(2)
     subprocess.run(["bash", SERVICES, "restart", "minio"], check=True, capture_output=True)
     thread.join(120)
