@@ -37,7 +37,9 @@ def test_airflow_lists_the_provider_and_its_connection_type(airflow_db):
     names = [p["package_name"] for p in json.loads(out.stdout)]
     assert "airflow-exa-provider" in names
     from airflow.providers_manager import ProvidersManager
+    from airflow.sdk.providers_manager_runtime import ProvidersManagerTaskRuntime
 
+    runtime = ProvidersManagerTaskRuntime()
+    assert "slurm" in runtime.hooks and "dask" in runtime.hooks
     manager = ProvidersManager()
-    assert "slurm" in manager.hooks and "dask" in manager.hooks
     assert "extra__slurm__known_hosts" in manager.connection_form_widgets
