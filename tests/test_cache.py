@@ -244,15 +244,23 @@ def test_unreachable_endpoint_is_a_clear_error(s3_env, cache_root):
 
 
 def test_full_disk_evicts_then_fails_cleanly(put, small_disk):
-    blobs = {put(f"d/{i}", os.urandom(8 * MiB)): i for i in range(3)}
+    blobs = {}
+    for i in range(3):
+        data = os.urandom(8 * MiB)
+        blobs[put(f"d/{i}", data)] = data
     cache = Cache(small_disk / "cache", part_size=2 * MiB)
     for url in blobs:  # the third does not fit beside the first two: LRU makes room
         cache.get(url)
     assert cache.stats()["evictions"] >= 1
-    assert cache.contains(list(blobs)[-1])
+    last = list(blobs)[-1]
+    assert cache.contains(last)
     huge = put("d/huge", os.urandom(30 * MiB))
-    with pytest.raises(DiskFullError, match="no space left on the disk"):
-        cache.get(huge)
+    with cache.open(last) as reader:  # an application reading a cached file meanwhile
+        first = reader.read(MiB)
+        with pytest.raises(DiskFullError, match="no space left on the disk"):
+            cache.get(huge)
+        rest = reader.read()
+    assert first + rest == blobs[last] and cache.contains(last)  # kept, and read whole
     assert not cache.contains(huge)
     assert not list((small_disk / "cache" / "tmp").iterdir())
     assert cache.verify() == []
