@@ -90,11 +90,21 @@ def airflow_stack(login_node, tmp_path_factory):
         assert triggerer_available(api), "airflow standalone did not report a healthy triggerer"
         yield {"api": api, "home": home, "key": key}
     finally:
+        # a failed test must not leave its long jobs holding the cluster's CPUs
+        for name in ("exa kill me", "exa kill me too", "exa auto"):
+            subprocess.run(["scancel", "--name", name], capture_output=True)
         os.killpg(proc.pid, signal.SIGTERM)
         try:
             proc.wait(30)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+def why(events: list[dict], stack: dict) -> str:
+    """The task's own log and the tail of the scheduler's, for a failure message."""
+    lines = [f"{e.get('event')} {e.get('error_detail', '')}" for e in events]
+    standalone = (Path(stack["home"]) / "standalone.log").read_text()[-4000:]
+    return "\n".join(lines[-80:]) + "\n--- airflow standalone ---\n" + standalone
 
 
 def wait_for(predicate, timeout: float, what: str):
@@ -124,7 +134,11 @@ def test_slurm_job_defers_to_the_real_triggerer_and_streams_its_log(airflow_stac
     log_url = f"{run_url}/taskInstances/job/logs/{tis['job']['try_number']}"
     events = api.get(log_url, params={"full_content": True}).json()["content"]
     job_log = "\n".join(json.dumps(event) for event in events)
-    assert state == "success", ({t: ti["state"] for t, ti in tis.items()}, job_log[-4000:])
+    if state != "success":  # say why: the task's own log and the scheduler's
+        events_text = "\n".join(str(e.get("event")) + " " + str(e.get("error_detail", ""))
+                                 for e in events)  # fmt: skip
+        standalone = (Path(airflow_stack["home"]) / "standalone.log").read_text()[-3000:]
+        raise AssertionError(f"{tis}\n{events_text[-6000:]}\n--- standalone ---\n{standalone}")
     # the task handed its wait to the triggerer, whose log chunks reached the task log
     print(
         "\n".join(
@@ -170,6 +184,11 @@ def test_killing_the_task_in_airflow_cancels_the_slurm_job(airflow_stack, slurm_
     # triggerer calls the trigger's on_kill
     response = api.patch(ti_url, json={"new_state": "failed"})
     assert response.status_code == 200, response.text
-    state = wait_for(lambda: (s := hook.state(job)).finished and s, 90, "the job to be cancelled")
+    try:
+        state = wait_for(lambda: (s := hook.state(job)).finished and s, 90, "the cancellation")
+    except AssertionError:
+        log_url = f"{ti_url}/logs/{api.get(ti_url).json()['try_number']}"
+        events = api.get(log_url, params={"full_content": True}).json()["content"]
+        raise AssertionError(f"job {job} was not cancelled\n{why(events, airflow_stack)}") from None
     assert state.state == "CANCELLED"
     assert api.get(ti_url).json()["state"] == "failed"

@@ -95,29 +95,27 @@ def test_trigger_serialization_is_stable():
             "log_path": "/o",
             "log_offset": 9,
             "max_failures": 20,
+            "min_wait": 5.0,
         },
     )
 
 
-def test_trigger_streams_log_then_finishes(slurm_conn):
+def test_trigger_logs_the_output_as_it_grows_then_fires_once(slurm_conn, capfd):
     hook = SlurmHook(slurm_conn)
-    job = hook.submit(
-        command="echo first; sleep 2; echo second", options={"output": "/tmp/exa-%j.out"}
-    )
+    command = "echo first; sleep 2; printf sec; sleep 1; echo ond; printf 'no newline'"
+    job = hook.submit(command=command, options={"output": "/tmp/exa-%j.out"})
+    trigger = SlurmJobTrigger(job, slurm_conn, poll_interval=0.3, min_wait=0)
 
-    async def collect():
-        events, offset = [], 0
-        while True:
-            trigger = SlurmJobTrigger(job, slurm_conn, poll_interval=0.3, log_offset=offset)
-            event = await anext(trigger.run())
-            events.append(event.payload)
-            offset = event.payload.get("log_offset", offset)
-            if event.payload["status"] != "running":
-                return events
+    async def first_event():
+        return await anext(trigger.run())
 
-    events = asyncio.run(collect())
-    assert "".join(e.get("log", "") for e in events) == "first\nsecond\n"
-    assert events[-1]["status"] == "finished" and events[-1]["state"] == "COMPLETED"
+    event = asyncio.run(first_event()).payload
+    out, err = capfd.readouterr()  # the trigger's log (shown inside the task's log by Airflow)
+    lines = [line.split(f"[slurm {job}] ", 1)[1].split(" [")[0].strip()
+             for line in (out + err).splitlines() if f"[slurm {job}] " in line]  # fmt: skip
+    assert lines == ["first", "second", "no newline"]
+    assert event["status"] == "finished" and event["state"] == "COMPLETED"
+    assert event["log_offset"] == len("first\nsecond\nno newline")
 
 
 def accepted_logins() -> int:
@@ -271,7 +269,7 @@ def test_rest_backend_in_a_trigger_and_bad_token(rest_conn, monkeypatch):
     job = SlurmHook(conn_id).submit(command="sleep 1")
 
     async def watch():
-        return await anext(SlurmJobTrigger(job, conn_id, poll_interval=0.3).run())
+        return await anext(SlurmJobTrigger(job, conn_id, poll_interval=0.3, min_wait=0).run())
 
     event = asyncio.run(watch())
     assert event.payload["status"] == "finished" and event.payload["state"] == "COMPLETED"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
@@ -68,7 +69,10 @@ class JobWatcher:
 
 
 class SlurmJobTrigger(BaseTrigger):
-    """Fire when the job ends, or earlier when new log output has arrived.
+    """Watch a Slurm job from the triggerer; log its output as it grows; fire when it ends.
+
+    New lines of the job's output file go to the trigger's log, which Airflow
+    shows inside the task's log, so the task is not woken for every chunk.
 
     Parameters
     ----------
@@ -82,6 +86,10 @@ class SlurmJobTrigger(BaseTrigger):
         Consecutive connection failures tolerated (with jittered backoff)
         before the task fails; a restarted slurmctld or a dropped connection
         only delays the next event.
+    min_wait : float
+        Seconds after deferring before the end is reported.  A task resumed
+        before the scheduler has handled its deferral is failed by Airflow as
+        "changed externally"; a few seconds keep quick jobs clear of that race.
     """
 
     def __init__(
@@ -92,6 +100,7 @@ class SlurmJobTrigger(BaseTrigger):
         log_path: str | None = None,
         log_offset: int = 0,
         max_failures: int = 20,
+        min_wait: float = 5.0,
     ):
         super().__init__()
         self.job_id = str(job_id)
@@ -100,6 +109,7 @@ class SlurmJobTrigger(BaseTrigger):
         self.log_path = log_path
         self.log_offset = log_offset
         self.max_failures = max_failures
+        self.min_wait = min_wait
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -111,6 +121,7 @@ class SlurmJobTrigger(BaseTrigger):
                 "log_path": self.log_path,
                 "log_offset": self.log_offset,
                 "max_failures": self.max_failures,
+                "min_wait": self.min_wait,
             },
         )
 
@@ -120,41 +131,51 @@ class SlurmJobTrigger(BaseTrigger):
         await backend.acancel(self.job_id)
         self.log.info("cancelled Slurm job %s", self.job_id)
 
+    def _log_lines(self, text: str) -> None:
+        for line in text.splitlines():
+            self.log.info("[slurm %s] %s", self.job_id, line)
+
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        started = time.monotonic()
         try:
             backend = await SlurmHook(self.slurm_conn_id).abackend()
         except Exception as exc:
             yield TriggerEvent({"status": "error", "job_id": self.job_id, "message": str(exc)})
             return
         watcher = JobWatcher.for_backend(backend, self.poll_interval)
-        failures = 0
+        failures, offset, partial = 0, self.log_offset, ""
         while True:
             try:
                 state = await watcher.next_state(self.job_id)
-                chunk, offset = "", self.log_offset
                 log_path = self.log_path or state.stdout
                 if log_path and state.state not in ("PENDING", "UNKNOWN"):
-                    chunk, offset = await backend.aread_log(log_path, self.log_offset)
-            except SlurmError as exc:
+                    chunk, offset = await backend.aread_log(log_path, offset)
+                    text = partial + chunk
+                    complete, _, partial = text.rpartition("\n")
+                    self._log_lines(complete)
+            except Exception as exc:  # SlurmError, or anything else: retry, then report it
                 failures += 1
+                message = str(exc) if isinstance(exc, SlurmError) else repr(exc)
                 if failures > self.max_failures:
                     yield TriggerEvent(
-                        {"status": "error", "job_id": self.job_id, "message": str(exc)}
+                        {"status": "error", "job_id": self.job_id, "message": message}
                     )
                     return
-                self.log.warning("Slurm unreachable (%s); retrying", exc)
+                self.log.warning("Slurm unreachable (%s); retrying", message)
                 await asyncio.sleep(min(60.0, self.poll_interval * 2**failures) * random.random())
                 continue
             failures = 0
-            if state.finished or chunk:
+            if state.finished:
+                self._log_lines(partial)
+                await asyncio.sleep(max(0.0, self.min_wait - (time.monotonic() - started)))
                 yield TriggerEvent(
                     {
-                        "status": "finished" if state.finished else "running",
+                        "status": "finished",
                         "job_id": self.job_id,
                         "state": state.state,
                         "exit_code": state.exit_code,
                         "signal": state.signal,
-                        "log": chunk,
+                        "log": "",
                         "log_path": log_path,
                         "log_offset": offset,
                     }
