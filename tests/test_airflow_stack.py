@@ -178,8 +178,15 @@ def test_killing_the_task_in_airflow_cancels_the_slurm_job(airflow_stack, slurm_
     job = str(wait_for(job_id, 120, "the job id in XCom")).strip('"')
     hook = SlurmHook(slurm_conn)
     wait_for(lambda: hook.state(job).state == "RUNNING", 60, "the job to run")
-    if task == "long_deferred":
+    if task == "long_deferred":  # and the triggerer runs its trigger (else no on_kill to call)
         wait_for(lambda: api.get(ti_url).json()["state"] == "deferred", 60, "the task to defer")
+        log_url = f"{ti_url}/logs/{api.get(ti_url).json()['try_number']}"
+
+        def trigger_started():
+            events = api.get(log_url, params={"full_content": True}).json()["content"]
+            return any("starting" in str(e.get("event")) for e in events)
+
+        wait_for(trigger_started, 60, "the triggerer to start the trigger")
     # what "Mark as failed" in the UI does: the worker's supervisor kills the task, or the
     # triggerer calls the trigger's on_kill
     response = api.patch(ti_url, json={"new_state": "failed"})
