@@ -38,7 +38,7 @@ def test_kill_9_at_random_moments_loses_nothing(s3, s3_env, bucket, tmp_path):
     result = faults.kill9_soak(str(tmp_path / "cache"), objects, rounds=24, seed=7)
     # every kind of kill happened, and afterwards everything agreed (checked inside)
     assert all(n > 0 for n in result["killed"].values()), result
-    assert result["bytes_verified"] > sum(objects.values())
+    assert result["bytes_verified"] >= sum(objects.values())  # every object, read back
 
 
 def test_many_processes_reading_through_a_cache_smaller_than_the_data(s3, s3_env, bucket, tmp_path):
