@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from functools import cached_property
 from typing import Any
 
 from airflow.sdk import BaseOperator
@@ -62,8 +63,9 @@ class SlurmJobOperator(BaseOperator):
         self.poll_interval = poll_interval
         self.deferrable = deferrable
 
-    @property
+    @cached_property
     def hook(self) -> SlurmHook:
+        """One hook per task run: ``on_kill`` reuses its open SSH connection to cancel fast."""
         return SlurmHook(self.slurm_conn_id)
 
     def execute(self, context) -> str:
