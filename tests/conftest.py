@@ -273,16 +273,22 @@ def slurm_conn(login_node, monkeypatch):
 @pytest.fixture
 def aws_conn(s3_env, monkeypatch):
     """An ``aws`` connection (id ``exa_s3_test``) to MinIO; the AWS_* variables are unset."""
-    import json
-
-    conn = {
-        "conn_type": "aws",
-        "login": MINIO_USER,
-        "password": MINIO_PASSWORD,
-        "extra": {"endpoint_url": s3_env},
-    }
-    monkeypatch.setenv("AIRFLOW_CONN_EXA_S3_TEST", json.dumps(conn))
+    monkeypatch.setenv("AIRFLOW_CONN_EXA_S3_TEST", minio_aws_conn(s3_env))
     # the remote side must get credentials from the connection, not from this environment
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL"):
         monkeypatch.delenv(name)
     return "exa_s3_test"
+
+
+def minio_aws_conn(endpoint: str) -> str:
+    """An Airflow ``aws`` connection (JSON, for ``AIRFLOW_CONN_*``) to the test MinIO."""
+    import json
+
+    return json.dumps(
+        {
+            "conn_type": "aws",
+            "login": MINIO_USER,
+            "password": MINIO_PASSWORD,
+            "extra": {"endpoint_url": endpoint},
+        }
+    )

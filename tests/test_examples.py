@@ -58,16 +58,13 @@ def test_analytics_on_slurm_with_dask_jobqueue(s3_env, slurm, tmp_path):
 
 
 def test_demo_seeds_the_pipeline_inputs_for_a_real_deployment(minio, s3, tmp_path):
-    import json
     import sqlite3
 
-    from tests.conftest import MINIO_PASSWORD, MINIO_USER
+    from tests.conftest import minio_aws_conn
 
     db = tmp_path / "seed.db"
-    conn = {"conn_type": "aws", "login": MINIO_USER, "password": MINIO_PASSWORD,
-            "extra": {"endpoint_url": minio}}  # fmt: skip
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    env["AIRFLOW_CONN_SEED_S3"] = json.dumps(conn)
+    env["AIRFLOW_CONN_SEED_S3"] = minio_aws_conn(minio)
     out = subprocess.run(
         [sys.executable, "-m", "airflow_exa_provider.demo", "--seed-only", "--bucket",
          "exa-seed-test", "--db-url", f"sqlite:///{db}", "--parts", "2",

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tests.conftest import MINIO_PASSWORD, MINIO_USER
+from tests.conftest import MINIO_PASSWORD, minio_aws_conn
 
 
 @pytest.fixture
@@ -33,13 +33,7 @@ def pipeline_env(s3, s3_env, pg, pg_url, slurm_conn, monkeypatch, tmp_path):
             "CREATE TABLE stations AS SELECT g AS station, 'station-' || g AS name "
             "FROM generate_series(0, 19) g"
         )
-    aws = {
-        "conn_type": "aws",
-        "login": MINIO_USER,
-        "password": MINIO_PASSWORD,
-        "extra": {"endpoint_url": s3_env},
-    }
-    monkeypatch.setenv("AIRFLOW_CONN_EXA_S3", json.dumps(aws))
+    monkeypatch.setenv("AIRFLOW_CONN_EXA_S3", minio_aws_conn(s3_env))
     monkeypatch.setenv("AIRFLOW_CONN_EXA_PG", pg_url.replace("postgresql://", "postgres://"))
     monkeypatch.setenv("AIRFLOW_CONN_EXA_SLURM", os.environ["AIRFLOW_CONN_SLURM_TEST"])
     monkeypatch.setenv("EXA_PIPELINE_BUCKET", bucket)
